@@ -1,0 +1,54 @@
+# skillevo — every target a user or CI needs. `make demo` and `make test` run `setup` themselves.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+CLAUDE_CODE_VERSION := $(shell sed -n 's/^CLAUDE_CODE_VERSION = "\(.*\)"/\1/p' skillevo/pins.py)
+CLAUDE_PREFIX := .tools/claude-code-$(CLAUDE_CODE_VERSION)
+CLAUDE_BIN := $(CLAUDE_PREFIX)/node_modules/.bin/claude
+SYSTEM_PACKAGES := bubblewrap socat git
+export SKILLEVO_CLAUDE := $(abspath $(CLAUDE_BIN))
+export DVC_NO_ANALYTICS := 1
+
+.PHONY: setup system-packages demo test bench-session clean
+setup: system-packages $(VENV)/.installed $(CLAUDE_BIN)
+
+# bwrap, socat (Claude's inner sandbox helper) and git: installed with apt when we are root (CI, the
+# image); otherwise the exact command is printed and setup stops.
+system-packages:
+	@missing=""; \
+	command -v bwrap >/dev/null || missing="$$missing bubblewrap"; \
+	command -v socat >/dev/null || missing="$$missing socat"; \
+	command -v git >/dev/null || missing="$$missing git"; \
+	if [ -n "$$missing" ]; then \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	    echo "installing:$$missing"; apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing; \
+	  else \
+	    echo "missing system packages:$$missing"; echo "run: sudo apt-get install -y$$missing"; exit 1; \
+	  fi; \
+	fi
+
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[dev]'
+	touch $@
+
+# The pinned CLI, project-local. Its postinstall copies the native binary in place, so scripts stay on.
+$(CLAUDE_BIN): skillevo/pins.py
+	mkdir -p $(CLAUDE_PREFIX)
+	npm install --prefix $(CLAUDE_PREFIX) --no-fund --no-audit --loglevel=error @anthropic-ai/claude-code@$(CLAUDE_CODE_VERSION)
+	$(CLAUDE_BIN) --version | grep -q '^$(CLAUDE_CODE_VERSION) ' || { echo "installed CLI is not $(CLAUDE_CODE_VERSION)"; exit 1; }
+	touch $@
+
+demo: setup
+	$(PY) -m skillevo.agent.demo
+
+test: setup
+	$(PY) -m pytest -q $(PYTEST_ARGS)
+
+bench-session: setup
+	$(PY) -m skillevo.agent.bench_session
+
+clean:
+	rm -rf $(VENV) .tools .pytest_cache results/tmp

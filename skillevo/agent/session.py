@@ -1,0 +1,123 @@
+"""One headless Claude Code session inside a bubblewrap sandbox, turned into a verified record.
+
+    record = run_session(SessionSpec(...))
+
+The record is the only thing callers get: measured facts from the stream (cost, tokens, turns, skill
+evidence) and the sha256 of the redacted transcript stored beside it. It never holds a credential.
+"""
+
+from __future__ import annotations
+
+import tempfile
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from skillevo import sandbox
+from skillevo.agent import cli, stream, transcript
+from skillevo.redact import redact_text
+from skillevo.sandbox import LAUNCHER, LAUNCHER_DST, Mount, SandboxSpec
+
+RELAY_PORT = 8787  # inside the sandbox's private network namespace, so it never collides
+DEFAULT_TOOLS = ("Skill", "Read", "Edit", "Write", "Bash", "Glob", "Grep")
+MAX_TRANSCRIPT_BYTES = 8 << 20
+TAIL = 2000
+
+
+@dataclass(frozen=True)
+class SessionSpec:
+    prompt: str
+    workspace: Path
+    model: str
+    endpoint: str  # model base URL: the simulator's, https://api.anthropic.com, or any compatible endpoint
+    transcript_dir: Path
+    transcript_name: str
+    api_key: str | None = None  # the real credential; it stays on the host side of the relay
+    expected_skill: str | None = None
+    readonly_paths: tuple[str, ...] = (".claude",)  # workspace-relative, over-mounted read-only: skills and project settings
+    mounts: tuple[Mount, ...] = ()
+    tools: tuple[str, ...] = DEFAULT_TOOLS
+    timeout_s: float = 1800.0
+    max_turns: int | None = None
+    max_retries: int = 2
+    effort: str | None = None
+    cancel: threading.Event | None = None
+
+
+def _env(spec: SessionSpec) -> dict[str, str]:
+    env = sandbox.base_env()
+    env.update({
+        "CLAUDE_CONFIG_DIR": f"{sandbox.HOME}/.claude",
+        "ANTHROPIC_BASE_URL": f"http://127.0.0.1:{RELAY_PORT}",
+        "ANTHROPIC_API_KEY": sandbox.PLACEHOLDER_KEY,
+        "SKILLEVO_RELAY_PORT": str(RELAY_PORT),
+        "DISABLE_AUTOUPDATER": "1",
+        "DISABLE_TELEMETRY": "1",
+        "DISABLE_ERROR_REPORTING": "1",
+        "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
+        "CLAUDE_CODE_MAX_RETRIES": str(spec.max_retries),
+        "API_TIMEOUT_MS": str(int(spec.timeout_s * 1000)),
+    })
+    return env
+
+
+def _failure(kind: str, detail: str, base: dict[str, Any]) -> dict[str, Any]:
+    return {**base, "ok": False, "error_kind": kind, "error_detail": detail[-TAIL:]}
+
+
+def run_session(spec: SessionSpec) -> dict[str, Any]:
+    """Run one session; return its record (see schemas/session-record.schema.json)."""
+    binary = cli.locate()
+    secrets = tuple(s for s in (spec.api_key,) if s)
+    record: dict[str, Any] = {
+        "ok": False, "error_kind": None, "error_detail": None, "model": spec.model,
+        "cost_usd": None, **{f: 0 for f in stream.USAGE_FIELDS}, "num_turns": 0, "duration_s": 0.0, "wall_s": 0.0,
+        "session_id": None, "tool_uses": {}, "expected_skill": spec.expected_skill, "skill_invoked": None,
+        "transcript": None, "process_state": None, "returncode": None, "stderr_tail": "",
+    }
+    with tempfile.TemporaryDirectory(prefix="skillevo-session-") as tmp:
+        private = Path(tmp)
+        mounts = [Mount(binary, cli.CLI_DST), Mount(LAUNCHER, LAUNCHER_DST)]
+        mounts += [Mount(spec.workspace / rel, f"{sandbox.WORKDIR}/{rel}") for rel in spec.readonly_paths
+                   if (spec.workspace / rel).exists()]
+        mounts += list(spec.mounts)
+        box = SandboxSpec(workspace=spec.workspace, private=private / "box", env=_env(spec), mounts=tuple(mounts),
+                          relay_socket_dir=private / "relay")
+        argv = [LAUNCHER_DST] + cli.argv(model=spec.model, tools=spec.tools, max_turns=spec.max_turns, effort=spec.effort)
+        with sandbox.Relay(spec.endpoint, spec.api_key, private / "relay", timeout_s=spec.timeout_s):
+            finished = sandbox.run(box, argv, stdin=spec.prompt.encode(), timeout_s=spec.timeout_s,
+                                   max_stdout=MAX_TRANSCRIPT_BYTES, cancel=spec.cancel)
+    record.update(process_state=finished.state, returncode=finished.returncode, wall_s=round(finished.wall_s, 3),
+                  stderr_tail=redact_text(finished.stderr_tail.decode(errors="replace")[-TAIL:], secrets))
+    if finished.state == "spawn-failure":
+        return _failure("infra-error", f"could not start the sandbox: {record['stderr_tail']}", record)
+    if finished.state in ("timeout", "cancelled"):
+        return _failure("session-error", f"session {finished.state} after {finished.wall_s:.0f}s", record)
+    if finished.stdout_truncated:
+        return _failure("evidence-unverified", f"stream exceeded {MAX_TRANSCRIPT_BYTES} bytes", record)
+    try:
+        parsed = stream.parse(finished.stdout)
+    except stream.StreamError as e:
+        detail = f"unreadable session stream: {e}; exit {finished.returncode}; stderr: {record['stderr_tail']}"
+        return _failure("session-error", redact_text(detail, secrets), record)
+
+    record.update(cost_usd=parsed.cost_usd, **parsed.usage, num_turns=parsed.num_turns, duration_s=parsed.duration_s,
+                  session_id=parsed.session_id, tool_uses=parsed.tool_uses)
+    try:
+        record["transcript"] = transcript.write(transcript.render(parsed.events, secrets), spec.transcript_dir,
+                                                f"{spec.transcript_name}-{parsed.session_id}.jsonl")
+    except OSError as e:
+        return _failure("evidence-unverified", f"could not store the transcript: {e}", record)
+    if spec.expected_skill:
+        record["skill_invoked"] = parsed.skill_invoked(spec.expected_skill)
+    if finished.returncode != 0 or not parsed.succeeded:
+        r = parsed.result
+        text = str(r.get("result") or r.get("errors") or "")[:300]
+        detail = (f"CLI reported an error (subtype {r.get('subtype')}, is_error {r.get('is_error')}, "
+                  f"exit {finished.returncode}, api status {r.get('api_error_status')}): {text}")
+        return _failure("session-error", redact_text(detail, secrets), record)
+    if spec.expected_skill and not record["skill_invoked"]:
+        return _failure("skill-not-invoked", f"no successful Skill call for {spec.expected_skill!r}", record)
+    record["ok"] = True
+    return record

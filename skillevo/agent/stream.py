@@ -1,0 +1,126 @@
+"""Strict parsing of the CLI's stream-json output into measured facts.
+
+Anything unexpected is an error, never a default: a session whose evidence cannot be read is not a
+measurement. Cost that the CLI did not report stays None ("unmeasured"), never 0.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+USAGE_FIELDS = ("input_tokens", "output_tokens", "cache_creation_input_tokens", "cache_read_input_tokens")
+_TOOL_ID = re.compile(r"^[A-Za-z0-9._:-]{1,256}$")
+
+
+class StreamError(ValueError):
+    """The stream is not a well-formed record of one session."""
+
+
+@dataclass
+class Parsed:
+    events: list[dict[str, Any]]
+    result: dict[str, Any]
+    usage: dict[str, int]
+    cost_usd: float | None
+    num_turns: int
+    duration_s: float
+    session_id: str
+    tool_uses: dict[str, int] = field(default_factory=dict)
+    skill_calls: list[tuple[str, str]] = field(default_factory=list)  # (tool id, skill name)
+    tool_results: dict[str, bool] = field(default_factory=dict)  # tool id -> succeeded
+
+    @property
+    def succeeded(self) -> bool:
+        return self.result.get("subtype") == "success" and self.result.get("is_error") is False
+
+    def skill_invoked(self, skill: str) -> bool:
+        """A Skill call for `skill` followed by a successful result for the same tool id."""
+        return any(name == skill and self.tool_results.get(tid) is True for tid, name in self.skill_calls)
+
+
+def _reject_constant(name: str) -> float:
+    raise StreamError(f"non-finite number {name} in stream")
+
+
+def _skill_name(tool_input: Any) -> str:
+    raw = ""
+    if isinstance(tool_input, dict):
+        raw = next((str(tool_input[k]) for k in ("skill", "command", "name") if isinstance(tool_input.get(k), str)), "")
+    token = raw.strip().split(maxsplit=1)[0] if raw.strip() else ""
+    return token.lstrip("/").rsplit(":", 1)[-1]
+
+
+def _cost(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
+        return None
+    return float(value)
+
+
+def parse(stdout: bytes) -> Parsed:
+    try:
+        text = stdout.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise StreamError(f"stream is not UTF-8 at byte {e.start}") from None
+    events: list[dict[str, Any]] = []
+    for n, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            event = json.loads(line, parse_constant=_reject_constant)
+        except json.JSONDecodeError as e:
+            raise StreamError(f"line {n} is not JSON: {e.msg}") from None
+        if not isinstance(event, dict) or not isinstance(event.get("type"), str):
+            raise StreamError(f"line {n} is not a JSON object with a type")
+        events.append(event)
+    results = [i for i, e in enumerate(events) if e["type"] == "result"]
+    if len(results) != 1:
+        raise StreamError(f"expected exactly one result event, found {len(results)}")
+    after = [e["type"] for e in events[results[0] + 1:] if e["type"] != "system"]
+    if after:
+        raise StreamError(f"events after the result: {', '.join(after)}")
+    result = events[results[0]]
+    usage = result.get("usage")
+    if not isinstance(usage, dict):
+        raise StreamError("result has no usage object")
+    missing = [f for f in USAGE_FIELDS if isinstance(usage.get(f), bool) or not isinstance(usage.get(f), int) or usage[f] < 0]
+    if missing:
+        raise StreamError(f"result usage lacks {', '.join(missing)}")
+    session_id = result.get("session_id")
+    if not isinstance(session_id, str) or not session_id:
+        raise StreamError("result has no session_id")
+    turns, duration = result.get("num_turns"), result.get("duration_ms")
+    if isinstance(turns, bool) or not isinstance(turns, int) or turns < 0:
+        raise StreamError("result num_turns is not a non-negative integer")
+    if isinstance(duration, bool) or not isinstance(duration, (int, float)) or duration < 0:
+        raise StreamError("result duration_ms is not a non-negative number")
+
+    parsed = Parsed(events=events, result=result, usage={f: usage[f] for f in USAGE_FIELDS},
+                    cost_usd=_cost(result.get("total_cost_usd")), num_turns=turns, duration_s=round(duration / 1000, 3),
+                    session_id=session_id)
+    tools: Counter[str] = Counter()
+    seen_ids: set[str] = set()
+    for event in events[: results[0]]:
+        message = event.get("message") if event["type"] in ("assistant", "user") else None
+        content = message.get("content") if isinstance(message, dict) else None
+        for block in content if isinstance(content, list) else []:
+            if not isinstance(block, dict):
+                continue
+            if event["type"] == "assistant" and block.get("type") == "tool_use":
+                tid, name = block.get("id"), block.get("name")
+                if not isinstance(tid, str) or not _TOOL_ID.match(tid) or tid in seen_ids or not isinstance(name, str):
+                    raise StreamError(f"malformed or duplicate tool_use id {tid!r}")
+                seen_ids.add(tid)
+                tools[name] += 1
+                if name.lower() == "skill":
+                    parsed.skill_calls.append((tid, _skill_name(block.get("input"))))
+            elif event["type"] == "user" and block.get("type") == "tool_result":
+                tid = block.get("tool_use_id")
+                if tid in seen_ids:  # a result may only follow its call
+                    parsed.tool_results[tid] = parsed.tool_results.get(tid, False) or not block.get("is_error", False)
+    parsed.tool_uses = dict(sorted(tools.items()))
+    return parsed

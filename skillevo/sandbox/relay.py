@@ -1,0 +1,131 @@
+"""The model relay: the only road from a sandbox to the model endpoint.
+
+Inside the sandbox the CLI talks plain HTTP to a loopback port that socat forwards to a Unix socket
+bound in from the host. On the host this relay accepts only the Messages API paths, replaces whatever
+credential the CLI sent (a placeholder) with the real one, and forwards to the endpoint. The real key
+therefore never exists inside the sandbox: not in an environment, a file, or /proc.
+"""
+
+from __future__ import annotations
+
+import http.client
+import os
+import socketserver
+import threading
+from http.server import BaseHTTPRequestHandler
+from pathlib import Path
+from urllib.parse import urlsplit
+
+ALLOWED_PATHS = ("/v1/messages", "/v1/messages/count_tokens")
+PLACEHOLDER_KEY = "sk-skillevo-placeholder-not-a-key"
+_HOP_HEADERS = {"connection", "keep-alive", "proxy-connection", "transfer-encoding", "te", "upgrade", "host",
+                "content-length", "x-api-key", "authorization", "proxy-authorization"}
+
+
+class _Server(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
+    daemon_threads = True
+    allow_reuse_address = True
+
+    def handle_error(self, request, client_address) -> None:
+        pass  # a sandbox that hung up mid-request is the session's failure, reported from its stream
+
+
+class Relay:
+    """`with Relay(endpoint, api_key, socket_dir) as r:` serves `socket_dir/relay.sock` on the host."""
+
+    def __init__(self, endpoint: str, api_key: str | None, socket_dir: Path, *, timeout_s: float = 600.0,
+                 auth_header: str = "x-api-key") -> None:
+        parts = urlsplit(endpoint)
+        if parts.scheme not in ("http", "https") or not parts.hostname or parts.username or parts.query or parts.fragment:
+            raise ValueError("model endpoint must be an http(s) URL with a host and no credentials, query or fragment")
+        self.scheme, self.host, self.port = parts.scheme, parts.hostname, parts.port
+        self.prefix = parts.path.rstrip("/")
+        self.api_key = api_key
+        self.auth_header = auth_header
+        self.timeout_s = timeout_s
+        self.socket_path = Path(socket_dir) / "relay.sock"
+        self.requests = 0
+        self._server: _Server | None = None
+
+    def __enter__(self) -> "Relay":
+        self.socket_path.parent.mkdir(parents=True, exist_ok=True)
+        if self.socket_path.exists():
+            self.socket_path.unlink()
+        self._server = _Server(str(self.socket_path), _Handler)
+        self._server.relay = self  # type: ignore[attr-defined]
+        os.chmod(self.socket_path, 0o777)  # the sandbox user is a different uid
+        threading.Thread(target=self._server.serve_forever, name="model-relay", daemon=True).start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._server:
+            self._server.shutdown()
+            self._server.server_close()
+        self.socket_path.unlink(missing_ok=True)
+
+    def connection(self) -> http.client.HTTPConnection:
+        cls = http.client.HTTPSConnection if self.scheme == "https" else http.client.HTTPConnection
+        return cls(self.host, self.port, timeout=self.timeout_s)
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+    def address_string(self) -> str:
+        return "sandbox"
+
+    def _refuse(self, status: int, message: str) -> None:
+        data = ('{"type":"error","error":{"type":"permission_error","message":"%s"}}' % message).encode()
+        self.send_response(status)
+        self.send_header("content-type", "application/json")
+        self.send_header("content-length", str(len(data)))
+        self.send_header("connection", "close")
+        self.end_headers()
+        self.wfile.write(data)
+        self.close_connection = True
+
+    def do_GET(self) -> None:
+        self._refuse(403, "the model relay forwards only POST /v1/messages")
+
+    do_HEAD = do_PUT = do_DELETE = do_GET
+
+    def do_POST(self) -> None:
+        relay: Relay = self.server.relay  # type: ignore[attr-defined]
+        parts = urlsplit(self.path)
+        if parts.path not in ALLOWED_PATHS:
+            return self._refuse(403, "the model relay forwards only POST /v1/messages")
+        length = int(self.headers.get("content-length") or 0)
+        body = self.rfile.read(length)
+        headers = {k: v for k, v in self.headers.items() if k.lower() not in _HOP_HEADERS}
+        if relay.api_key:
+            if relay.auth_header == "authorization":
+                headers["authorization"] = f"Bearer {relay.api_key}"
+            else:
+                headers["x-api-key"] = relay.api_key
+        relay.requests += 1
+        path = relay.prefix + parts.path + (f"?{parts.query}" if parts.query else "")
+        conn = relay.connection()
+        try:
+            conn.request("POST", path, body=body, headers=headers)
+            upstream = conn.getresponse()
+        except OSError as e:
+            conn.close()
+            return self._refuse(502, f"model endpoint unreachable: {type(e).__name__}")
+        try:
+            self.send_response(upstream.status)
+            for key, value in upstream.getheaders():
+                if key.lower() not in _HOP_HEADERS:
+                    self.send_header(key, value)
+            self.send_header("connection", "close")
+            self.end_headers()
+            while chunk := upstream.read1(65536):
+                self.wfile.write(chunk)
+                self.wfile.flush()
+        except OSError:
+            pass  # either side went away; the CLI sees a broken stream and reports it
+        finally:
+            conn.close()
+            self.close_connection = True

@@ -1,0 +1,112 @@
+"""Playbooks: the simulated agent's knowledge of each task, and how skill text steers it.
+
+A playbook lists the tool calls a competent agent makes for a task, per skill it was asked to use.
+Steps may depend on an *instruction* — a phrase the simulator looks for in the skill text the CLI
+actually sent — so that editing a skill really changes what the agent does and what it costs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from skillevo.schemas import InvalidDocument, validate
+
+
+@dataclass(frozen=True)
+class Instruction:
+    id: str
+    phrase: str
+    necessary: bool
+
+    def present_in(self, skill_text: str) -> bool:
+        return self.phrase.lower() in skill_text.lower()
+
+
+@dataclass(frozen=True)
+class Step:
+    kind: str  # read | bash | write | edit | say
+    arg: Any
+    when: str | None = None
+    unless: str | None = None
+
+
+@dataclass(frozen=True)
+class Task:
+    id: str
+    match: str
+    sessions: dict[str, tuple[Step, ...]]
+
+
+@dataclass(frozen=True)
+class Playbook:
+    instructions: dict[str, Instruction]
+    tasks: tuple[Task, ...]
+
+    def task_for(self, prompt: str) -> Task | None:
+        """The first task whose match string occurs in the prompt."""
+        return next((t for t in self.tasks if t.match in prompt), None)
+
+    def steps(self, task: Task, skill: str, skill_text: str) -> list[Step]:
+        """The steps a session that invoked `skill` takes, given the skill text it read."""
+        present = {i for i, ins in self.instructions.items() if ins.present_in(skill_text)}
+        return [
+            s
+            for s in task.sessions.get(skill, ())
+            if (s.when is None or s.when in present) and (s.unless is None or s.unless not in present)
+        ]
+
+
+_KINDS = ("read", "bash", "write", "edit", "say")
+
+
+def parse(doc: Any, source: str | Path) -> Playbook:
+    validate(doc, "playbook.schema.json", source)
+    instructions = {}
+    for ins in doc["instructions"]:
+        if ins["id"] in instructions:
+            raise InvalidDocument(f"{source}: instruction {ins['id']!r} is defined twice (rule: unique ids)")
+        instructions[ins["id"]] = Instruction(ins["id"], ins["phrase"], bool(ins.get("necessary", False)))
+    tasks, seen = [], set()
+    for t in doc["tasks"]:
+        if t["id"] in seen:
+            raise InvalidDocument(f"{source}: task {t['id']!r} is defined twice (rule: unique ids)")
+        seen.add(t["id"])
+        sessions = {}
+        for skill, raw_steps in t["sessions"].items():
+            steps = []
+            for n, raw in enumerate(raw_steps):
+                for key in ("when", "unless"):
+                    if key in raw and raw[key] not in instructions:
+                        raise InvalidDocument(
+                            f"{source}: task {t['id']!r} session {skill!r} step {n}: {key}: "
+                            f"unknown instruction {raw[key]!r} (rule: steps name declared instructions)"
+                        )
+                kind = next(k for k in _KINDS if k in raw)
+                steps.append(Step(kind, raw[kind], raw.get("when"), raw.get("unless")))
+            sessions[skill] = tuple(steps)
+        tasks.append(Task(t["id"], t["match"], sessions))
+    return Playbook(instructions, tuple(tasks))
+
+
+def load(path: str | Path) -> Playbook:
+    try:
+        doc = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+    except yaml.YAMLError as e:
+        raise InvalidDocument(f"{path}: not valid YAML: {e}") from None
+    return parse(doc, path)
+
+
+def load_all(paths: list[Path]) -> Playbook:
+    """Several playbook files as one (each target project may ship its own)."""
+    books = [load(p) for p in paths]
+    instructions: dict[str, Instruction] = {}
+    for b in books:
+        for k, v in b.instructions.items():
+            if k in instructions and instructions[k] != v:
+                raise InvalidDocument(f"instruction {k!r} is defined differently in two playbooks")
+            instructions[k] = v
+    return Playbook(instructions, tuple(t for b in books for t in b.tasks))

@@ -1,0 +1,239 @@
+"""An offline stand-in for the Anthropic Messages API, good enough for the pinned Claude Code CLI.
+
+It serves POST /v1/messages (SSE streaming and plain JSON) and /v1/messages/count_tokens on 127.0.0.1,
+with usage computed from the real sizes of the request and the reply, so a longer skill or a longer
+conversation costs more. A base URL of the form http://127.0.0.1:<port>/mode/<mode> selects a behaviour
+or a fault for one session; see MODES. Everything it produces is simulated and is labelled so upstream.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+from urllib.parse import urlsplit
+
+from skillevo.simulator import agent, conversation
+from skillevo.simulator.agent import EscapeTargets, Reply
+from skillevo.simulator.playbook import Playbook
+
+MODES = ("normal", "no-skill", "escape", "overloaded", "server-error", "truncated", "hang")
+BYTES_PER_TOKEN = 4
+
+
+def tokens(n_bytes: int) -> int:
+    return max(1, math.ceil(n_bytes / BYTES_PER_TOKEN))
+
+
+class Simulator:
+    """Start with `with Simulator(playbook) as sim:` and point sessions at `sim.url(mode)`."""
+
+    def __init__(self, playbook: Playbook, *, api_key: str | None = None, escape: EscapeTargets | None = None,
+                 responders: dict[str, Any] | None = None) -> None:
+        self.playbook = playbook
+        self.api_key = api_key
+        self.escape = escape
+        self.responders = dict(responders or {})  # extra modes (e.g. the proposer role), mode -> fn(conv, body)
+        self._lock = threading.Lock()
+        self._sessions: dict[str, str] = {}  # CLI session id -> mode
+        self.requests = 0
+        self.stopping = threading.Event()
+        self._server: ThreadingHTTPServer | None = None
+
+    # lifecycle -------------------------------------------------------------------------------
+    def start(self) -> "Simulator":
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
+        self._server.daemon_threads = True
+        self._server.simulator = self  # type: ignore[attr-defined]
+        threading.Thread(target=self._server.serve_forever, name="simulator", daemon=True).start()
+        return self
+
+    def stop(self) -> None:
+        self.stopping.set()
+        if self._server:
+            self._server.shutdown()
+            self._server.server_close()
+
+    def __enter__(self) -> "Simulator":
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    @property
+    def port(self) -> int:
+        assert self._server, "simulator not started"
+        return self._server.server_address[1]
+
+    def url(self, mode: str = "normal") -> str:
+        if mode not in MODES and mode not in self.responders:
+            raise ValueError(f"unknown simulator mode {mode!r}; known: {', '.join(MODES + tuple(self.responders))}")
+        base = f"http://127.0.0.1:{self.port}"
+        return base if mode == "normal" else f"{base}/mode/{mode}"
+
+    def sessions(self) -> dict[str, str]:
+        """CLI session ids seen so far, with the mode each ran in (tests count paid sessions with it)."""
+        with self._lock:
+            return dict(self._sessions)
+
+    # behaviour -------------------------------------------------------------------------------
+    def reply(self, mode: str, body: dict[str, Any]) -> Reply:
+        conv = conversation.parse(body)
+        if mode in self.responders:
+            return self.responders[mode](conv, body)
+        if mode == "no-skill":
+            return agent.no_skill(conv, self.playbook)
+        if mode == "escape":
+            return agent.escape(conv, self.escape)
+        return agent.normal(conv, self.playbook)
+
+    def _seen(self, session_id: str | None, mode: str) -> None:
+        with self._lock:
+            self.requests += 1
+            if session_id:
+                self._sessions.setdefault(session_id, mode)
+
+
+def _message(body: dict[str, Any], raw_len: int, reply: Reply) -> dict[str, Any]:
+    if reply.tool:
+        name, tool_input = reply.tool
+        tool_id = "toolu_sim_" + hashlib.sha256(json.dumps([raw_len, name, tool_input], sort_keys=True).encode()).hexdigest()[:20]
+        content = [{"type": "tool_use", "id": tool_id, "name": name, "input": tool_input}]
+        stop = "tool_use"
+    else:
+        content = [{"type": "text", "text": reply.text or ""}]
+        stop = "end_turn"
+    digest = hashlib.sha256(json.dumps(content, sort_keys=True).encode() + str(raw_len).encode()).hexdigest()
+    return {
+        "id": "msg_sim_" + digest[:24],
+        "type": "message",
+        "role": "assistant",
+        "model": body.get("model", "simulated"),
+        "content": content,
+        "stop_reason": stop,
+        "stop_sequence": None,
+        "usage": {
+            "input_tokens": tokens(raw_len),
+            "output_tokens": tokens(len(json.dumps(content))),
+            "cache_creation_input_tokens": 0,
+            "cache_read_input_tokens": 0,
+        },
+    }
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server_version = "skillevo-simulator"
+
+    def log_message(self, *args: object) -> None:  # quiet: tests and stages print their own progress
+        pass
+
+    @property
+    def sim(self) -> Simulator:
+        return self.server.simulator  # type: ignore[attr-defined]
+
+    def _json(self, status: int, obj: Any) -> None:
+        data = json.dumps(obj).encode()
+        self.send_response(status)
+        self.send_header("content-type", "application/json")
+        self.send_header("content-length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def _error(self, status: int, kind: str, message: str) -> None:
+        self._json(status, {"type": "error", "error": {"type": kind, "message": message}})
+
+    def do_GET(self) -> None:
+        self._error(404, "not_found_error", f"simulator: no route for GET {urlsplit(self.path).path}")
+
+    do_HEAD = do_GET
+
+    def _route(self) -> tuple[str, str]:
+        path = urlsplit(self.path).path
+        mode = "normal"
+        if path.startswith("/mode/"):
+            _, _, mode, rest = path.split("/", 3)
+            path = "/" + rest
+        return mode, path
+
+    def _authorized(self) -> bool:
+        key = self.sim.api_key
+        if key is None:
+            return True
+        given = self.headers.get("x-api-key") or self.headers.get("authorization", "").removeprefix("Bearer ")
+        return given == key
+
+    def do_POST(self) -> None:
+        length = int(self.headers.get("content-length") or 0)
+        raw = self.rfile.read(length)
+        mode, path = self._route()
+        if not self._authorized():
+            return self._error(401, "authentication_error", "invalid x-api-key")
+        try:
+            body = json.loads(raw or b"{}")
+        except json.JSONDecodeError:
+            return self._error(400, "invalid_request_error", "body is not JSON")
+        if path == "/v1/messages/count_tokens":
+            return self._json(200, {"input_tokens": tokens(len(raw))})
+        if path != "/v1/messages":
+            return self._error(404, "not_found_error", f"simulator: no route for POST {path}")
+        if mode not in MODES and mode not in self.sim.responders:
+            return self._error(400, "invalid_request_error", f"unknown simulator mode {mode}")
+        self.sim._seen(self.headers.get("x-claude-code-session-id"), mode)
+        if mode == "overloaded":
+            return self._error(529, "overloaded_error", "Overloaded (simulated)")
+        if mode == "server-error":
+            return self._error(500, "api_error", "Internal server error (simulated)")
+        if mode == "hang":
+            self.sim.stopping.wait()
+            return None
+        message = _message(body, len(raw), self.sim.reply(mode, body))
+        if not body.get("stream"):
+            if mode == "truncated":  # promise the whole body, send half, hang up
+                data = json.dumps(message).encode()
+                self.send_response(200)
+                self.send_header("content-type", "application/json")
+                self.send_header("content-length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data[: len(data) // 2])
+                self.close_connection = True
+                return None
+            return self._json(200, message)
+        self._stream(message, truncate=(mode == "truncated"))
+
+    def _stream(self, message: dict[str, Any], truncate: bool) -> None:
+        self.send_response(200)
+        self.send_header("content-type", "text/event-stream")
+        self.send_header("cache-control", "no-cache")
+        self.send_header("connection", "close")
+        self.end_headers()
+        self.close_connection = True
+
+        def event(kind: str, data: dict[str, Any]) -> None:
+            self.wfile.write(f"event: {kind}\ndata: {json.dumps(data)}\n\n".encode())
+
+        usage = message["usage"]
+        start = {**message, "content": [], "stop_reason": None, "usage": {**usage, "output_tokens": 1}}
+        event("message_start", {"type": "message_start", "message": start})
+        for i, block in enumerate(message["content"]):
+            if block["type"] == "tool_use":
+                event("content_block_start", {"type": "content_block_start", "index": i,
+                                              "content_block": {**block, "input": {}}})
+                delta = {"type": "input_json_delta", "partial_json": json.dumps(block["input"])}
+            else:
+                event("content_block_start", {"type": "content_block_start", "index": i,
+                                              "content_block": {"type": "text", "text": ""}})
+                delta = {"type": "text_delta", "text": block["text"]}
+            if truncate:  # cut the stream mid-event: no block stop, no message stop
+                self.wfile.write(b"event: content_block_delta\ndata: {\"type\": \"content_bl")
+                self.wfile.flush()
+                return
+            event("content_block_delta", {"type": "content_block_delta", "index": i, "delta": delta})
+            event("content_block_stop", {"type": "content_block_stop", "index": i})
+        event("message_delta", {"type": "message_delta", "delta": {"stop_reason": message["stop_reason"], "stop_sequence": None},
+                                "usage": {"output_tokens": usage["output_tokens"]}})
+        event("message_stop", {"type": "message_stop"})
+        self.wfile.flush()

@@ -1,0 +1,93 @@
+"""One real CLI session in a real bwrap sandbox against the simulator: the measured record."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from skillevo.agent import SessionSpec, run_session
+from skillevo.agent.transcript import verify
+from tests.conftest import PLANTED_KEY, PROMPT, SKILL, make_workspace, session_processes
+from skillevo.simulator import Simulator
+
+pytestmark = [pytest.mark.cli, pytest.mark.bwrap]
+
+
+def _spec(ws: Path, tmp: Path, url: str, name: str = "s", **kw) -> SessionSpec:
+    return SessionSpec(prompt=PROMPT, workspace=ws, model="claude-sonnet-4-5", endpoint=url, api_key=PLANTED_KEY,
+                       transcript_dir=tmp / "transcripts", transcript_name=name, expected_skill="work",
+                       timeout_s=kw.pop("timeout_s", 90), max_retries=0, **kw)
+
+
+def _result_event(record: dict, tmp: Path) -> dict:
+    data = verify(record["transcript"], tmp / "transcripts")
+    return [json.loads(line) for line in data.splitlines() if json.loads(line)["type"] == "result"][0]
+
+
+def test_session_invokes_skill_edits_and_measures(book, workspace, tmp_path):
+    with Simulator(book, api_key=PLANTED_KEY) as sim:
+        record = run_session(_spec(workspace, tmp_path, sim.url()))
+    assert record["ok"], record
+    assert record["error_kind"] is None
+    assert record["skill_invoked"] is True
+    assert record["num_turns"] >= 3
+    assert record["tool_uses"]["Skill"] == 1 and record["tool_uses"]["Edit"] == 1 and record["tool_uses"]["Bash"] == 1
+    assert (workspace / "pkg/greet.py").read_text() == 'def greet():\n    return "hello"\n'
+    result = _result_event(record, tmp_path)
+    assert record["cost_usd"] == result["total_cost_usd"] and record["cost_usd"] > 0
+    assert record["input_tokens"] == result["usage"]["input_tokens"] > 0
+    assert record["session_id"] == result["session_id"]
+    assert not session_processes()
+
+
+def test_longer_skill_costs_more_input_tokens(book, tmp_path):
+    records = []
+    with Simulator(book, api_key=PLANTED_KEY) as sim:
+        for n, text in enumerate([SKILL, SKILL + "\n## Background\n" + "Keep the code tidy and readable.\n" * 60]):
+            ws = make_workspace(tmp_path / str(n), text)
+            records.append(run_session(_spec(ws, tmp_path, sim.url(), name=f"len{n}")))
+    short, long = records
+    assert short["ok"] and long["ok"]
+    assert short["num_turns"] == long["num_turns"]
+    assert long["input_tokens"] > short["input_tokens"]
+    assert long["cost_usd"] > short["cost_usd"]
+
+
+def test_skill_instruction_adds_steps_at_real_cost(book, tmp_path):
+    wasteful = SKILL + "Always read every module of the package before editing.\n"
+    with Simulator(book, api_key=PLANTED_KEY) as sim:
+        plain = run_session(_spec(make_workspace(tmp_path / "a"), tmp_path, sim.url(), name="a"))
+        survey = run_session(_spec(make_workspace(tmp_path / "b", wasteful), tmp_path, sim.url(), name="b"))
+    assert survey["tool_uses"]["Bash"] == plain["tool_uses"]["Bash"] + 1
+    assert survey["num_turns"] == plain["num_turns"] + 1
+    assert survey["cost_usd"] > plain["cost_usd"]
+
+
+@pytest.mark.parametrize("mode, kind", [
+    ("overloaded", "session-error"),
+    ("server-error", "session-error"),
+    ("truncated", "session-error"),
+    ("hang", "session-error"),
+    ("no-skill", "skill-not-invoked"),
+])
+def test_fault_modes_yield_their_error_kind_and_leave_no_process(book, workspace, tmp_path, mode, kind):
+    with Simulator(book, api_key=PLANTED_KEY) as sim:
+        record = run_session(_spec(workspace, tmp_path, sim.url(mode), timeout_s=10 if mode == "hang" else 60))
+    assert record["ok"] is False
+    assert record["error_kind"] == kind, record
+    if mode == "hang":
+        assert record["process_state"] == "timeout"
+    if mode == "no-skill":
+        assert record["skill_invoked"] is False
+    assert PLANTED_KEY not in json.dumps(record)
+    assert not session_processes()
+
+
+def test_wrong_credential_is_refused_upstream(book, workspace, tmp_path):
+    """The simulator checks the key: sessions succeed only because the relay injects the real one."""
+    with Simulator(book, api_key="sk-ant-some-other-key-000000") as sim:
+        record = run_session(_spec(workspace, tmp_path, sim.url()))
+    assert record["error_kind"] == "session-error"
+    assert "401" in record["error_detail"] or "authentication" in record["error_detail"].lower()
