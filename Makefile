@@ -42,13 +42,13 @@ $(CLAUDE_BIN): skillevo/pins.py
 	touch $@
 
 demo: setup
-	$(PY) -m skillevo.agent.demo
+	$(PY) -m skillevo.simulator.demo
 
 test: setup
 	$(PY) -m pytest -q $(PYTEST_ARGS)
 
 bench-session: setup
-	$(PY) -m skillevo.agent.bench_session
+	$(PY) -m benchmarks.session_overhead
 
 clean:
 	rm -rf $(VENV) .tools .pytest_cache results/tmp

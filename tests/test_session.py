@@ -9,6 +9,7 @@ import pytest
 
 from skillevo.agent import SessionSpec, run_session
 from skillevo.agent.transcript import verify
+from skillevo.schemas import validate
 from tests.conftest import PLANTED_KEY, PROMPT, SKILL, make_workspace, session_processes
 from skillevo.simulator import Simulator
 
@@ -30,6 +31,7 @@ def test_session_invokes_skill_edits_and_measures(book, workspace, tmp_path):
     with Simulator(book, api_key=PLANTED_KEY) as sim:
         record = run_session(_spec(workspace, tmp_path, sim.url()))
     assert record["ok"], record
+    validate(record, "session-record.schema.json", "record")
     assert record["error_kind"] is None
     assert record["skill_invoked"] is True
     assert record["num_turns"] >= 3
@@ -77,6 +79,7 @@ def test_fault_modes_yield_their_error_kind_and_leave_no_process(book, workspace
         record = run_session(_spec(workspace, tmp_path, sim.url(mode), timeout_s=10 if mode == "hang" else 60))
     assert record["ok"] is False
     assert record["error_kind"] == kind, record
+    validate(record, "session-record.schema.json", "record")
     if mode == "hang":
         assert record["process_state"] == "timeout"
     if mode == "no-skill":

@@ -54,7 +54,8 @@ class Relay:
         self._server = _Server(str(self.socket_path), _Handler)
         self._server.relay = self  # type: ignore[attr-defined]
         os.chmod(self.socket_path, 0o777)  # the sandbox user is a different uid
-        threading.Thread(target=self._server.serve_forever, name="model-relay", daemon=True).start()
+        # a short poll interval: shutdown() waits up to one interval, on every session
+        threading.Thread(target=self._server.serve_forever, args=(0.02,), name="model-relay", daemon=True).start()
         return self
 
     def __exit__(self, *exc: object) -> None:
