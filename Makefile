@@ -6,20 +6,21 @@ PY := $(VENV)/bin/python
 CLAUDE_CODE_VERSION := $(shell sed -n 's/^CLAUDE_CODE_VERSION = "\(.*\)"/\1/p' skillevo/pins.py)
 CLAUDE_PREFIX := .tools/claude-code-$(CLAUDE_CODE_VERSION)
 CLAUDE_BIN := $(CLAUDE_PREFIX)/node_modules/.bin/claude
-SYSTEM_PACKAGES := bubblewrap socat git
 export SKILLEVO_CLAUDE := $(abspath $(CLAUDE_BIN))
 export DVC_NO_ANALYTICS := 1
 
 .PHONY: setup system-packages demo test bench-session clean
 setup: system-packages $(VENV)/.installed $(CLAUDE_BIN)
 
-# bwrap, socat (Claude's inner sandbox helper) and git: installed with apt when we are root (CI, the
-# image); otherwise the exact command is printed and setup stops.
+# bwrap, socat (the model relay and Claude's inner sandbox), git, and Debian's python3 with pytest (what
+# the demo tasks run inside the sandbox): installed with apt when we are root (CI, the image); otherwise
+# the exact command is printed and setup stops.
 system-packages:
 	@missing=""; \
 	command -v bwrap >/dev/null || missing="$$missing bubblewrap"; \
 	command -v socat >/dev/null || missing="$$missing socat"; \
 	command -v git >/dev/null || missing="$$missing git"; \
+	/usr/bin/python3 -c 'import pytest' 2>/dev/null || missing="$$missing python3-pytest"; \
 	if [ -n "$$missing" ]; then \
 	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
 	    echo "installing:$$missing"; apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing; \

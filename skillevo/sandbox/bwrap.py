@@ -56,6 +56,7 @@ def base_env() -> dict[str, str]:
         "NO_COLOR": "1",
         "GIT_TERMINAL_PROMPT": "0",
         "GIT_CONFIG_NOSYSTEM": "1",
+        "PYTHONDONTWRITEBYTECODE": "1",
     }
 
 

@@ -1,0 +1,52 @@
+"""Executors run cells; the bench only sees this small interface, so a cluster can replace the pool.
+
+    executor.run(cells, on_result, cancel)
+
+`on_result(cell, result)` is called in the driver's thread-safe context once per finished cell; a
+cancelled cell produces no call. Implementations must never lose a cell silently: a cell whose worker
+died becomes an infra-error row.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Sequence
+from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
+from typing import Protocol
+
+from skillevo.bench.cell import CellResult, CellSpec, run_cell
+
+OnResult = Callable[[CellSpec, CellResult], None]
+
+
+class Executor(Protocol):
+    def run(self, cells: Sequence[CellSpec], on_result: OnResult, cancel: threading.Event) -> None: ...
+
+
+class LocalExecutor:
+    """`workers` cells at once on this machine (threads: each cell is a handful of subprocesses)."""
+
+    def __init__(self, workers: int, api_key: str | None = None) -> None:
+        if workers < 1:
+            raise ValueError("bench.workers must be at least 1")
+        self.workers = workers
+        self._api_key = api_key
+
+    def run(self, cells: Sequence[CellSpec], on_result: OnResult, cancel: threading.Event) -> None:
+        pool = ThreadPoolExecutor(self.workers, thread_name_prefix="cell")
+        try:
+            pending = {pool.submit(run_cell, c, api_key=self._api_key, cancel=cancel): c for c in cells}
+            while pending:
+                done, _ = wait(pending, timeout=0.2, return_when=FIRST_COMPLETED)
+                for future in done:
+                    cell = pending.pop(future)
+                    result = future.result()
+                    if result is not None and not cancel.is_set():
+                        on_result(cell, result)
+                if cancel.is_set():
+                    for future in pending:
+                        future.cancel()
+                    wait(pending)
+                    return
+        finally:
+            pool.shutdown(wait=True, cancel_futures=True)

@@ -1,0 +1,61 @@
+"""report.md for one bench side: per task x arm, what was resolved and what it cost."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+from skillevo.gate.aggregate import aggregate
+
+
+def _fmt(value: Any, digits: int = 0) -> str:
+    if value is None:
+        return "—"
+    return f"{value:,.{digits}f}"
+
+
+def contamination(rows: list[dict[str, Any]]) -> list[str]:
+    """Tasks where two different arms produced byte-identical patches."""
+    by_task: dict[str, dict[str, set[str]]] = defaultdict(lambda: defaultdict(set))
+    for row in rows:
+        if row["patch"]:
+            by_task[row["task"]][row["patch"]["sha256"]].add(row["arm"])
+    return [f"{task}: arms {', '.join(sorted(arms))} produced the identical patch {sha[:12]}"
+            for task, patches in sorted(by_task.items()) for sha, arms in sorted(patches.items()) if len(arms) > 1]
+
+
+def render(provenance: dict[str, Any], rows: list[dict[str, Any]]) -> str:
+    m = provenance["model"]
+    classes = {b["id"]: b["class"] for b in provenance["task_bindings"]}
+    aggs = aggregate(rows, classes, [a["name"] for a in provenance["arms"]])
+    skipped = ", ".join(f"{s['id']} ({s['reason']})" for s in provenance["skipped_tasks"])
+    lines = [f"# Bench — {provenance['side']} side", ""]
+    if m["simulated"]:
+        lines += ["**SIMULATED**: these sessions ran the real Claude Code CLI against skillevo's offline simulator, "
+                  "not a model. Costs are what the CLI computed from simulated usage.", ""]
+    lines += [f"- model: `{m['name']}` via `{m['backend']}`; effort: {provenance['effort'] or 'default'}",
+              f"- runs per arm: {provenance['runs']}; cells: {provenance['rows']} of {provenance['cells']} planned",
+              f"- arms: {', '.join(a['name'] for a in provenance['arms'])}",
+              f"- skipped tasks: {skipped or 'none'}",
+              "", "| task | class | arm | resolved | cost $ | input tok | output tok | turns | wall s | churn | errors |",
+              "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for (task, arm), a in sorted(aggs.items()):
+        churn = "—" if a["diff_files"] is None else f"{a['diff_files']:.0f}f +{a['diff_insertions']:.0f} −{a['diff_deletions']:.0f}"
+        errors = ", ".join(f"{k}×{n}" for k, n in a["error_kinds"].items()) or "—"
+        lines.append(f"| {task} | {a['class']} | {arm} | {a['resolved']}/{a['valid_runs']} ({a['excluded_runs']} excluded) | "
+                     f"{_fmt(a['cost_usd'], 4)} | {_fmt(a['input_tokens'])} | {_fmt(a['output_tokens'])} | "
+                     f"{_fmt(a['num_turns'])} | {_fmt(a['wall_s'], 1)} | {churn} | {errors} |")
+    lines += ["", "Medians over valid runs. Token and turn columns count the main agent loop only.", ""]
+    alarms = contamination(rows)
+    if alarms:
+        lines += ["## Contamination alarm", ""]
+        if m["simulated"]:
+            lines += ["(The simulated agent is deterministic, so identical patches across arms are expected here; "
+                      "with a real model they suggest that workspaces leaked between cells.)", ""]
+        lines += [f"- {a}" for a in alarms] + [""]
+    return "\n".join(lines)
+
+
+def write_report(path: Path, provenance: dict[str, Any], rows: list[dict[str, Any]]) -> None:
+    path.write_text(render(provenance, rows), encoding="utf-8")

@@ -1,0 +1,88 @@
+"""Fresh workspaces for bench cells, in time that does not grow with the target's history.
+
+The pinned tree is exported once (git archive of one commit, or a copy of a plain directory) into a
+template: a new parentless git repository holding the tree and the skill family under
+`.claude/skills/`, committed with fixed identity and dates, plus for candidate arms one more commit
+with the frozen overlay. Each cell then copies the template: no clone, no history, no refs, nothing of
+this pipeline.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import shutil
+import subprocess
+import tarfile
+from pathlib import Path
+
+from skillevo.tasks import Task, dir_entries
+
+_GIT_ENV = {
+    "GIT_CONFIG_NOSYSTEM": "1", "GIT_CONFIG_GLOBAL": "/dev/null", "GIT_TERMINAL_PROMPT": "0",
+    "GIT_AUTHOR_NAME": "skillevo", "GIT_AUTHOR_EMAIL": "bench@skillevo.invalid",
+    "GIT_COMMITTER_NAME": "skillevo", "GIT_COMMITTER_EMAIL": "bench@skillevo.invalid",
+    "GIT_AUTHOR_DATE": "2000-01-01T00:00:00Z", "GIT_COMMITTER_DATE": "2000-01-01T00:00:00Z",
+}
+
+
+class WorkspaceError(RuntimeError):
+    pass
+
+
+def git(cwd: Path, *args: str) -> str:
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": "/nonexistent", **_GIT_ENV}
+    out = subprocess.run(["git", "-c", "core.hooksPath=/dev/null", "-c", "commit.gpgsign=false", *args],
+                         cwd=cwd, env=env, capture_output=True, text=True)
+    if out.returncode != 0:
+        raise WorkspaceError(f"git {' '.join(args)} failed in {cwd}: {out.stderr.strip()[-500:]}")
+    return out.stdout.strip()
+
+
+def export_tree(task: Task, dest: Path) -> None:
+    """The task's pinned tree as plain files in `dest` (which must not exist)."""
+    dest.mkdir(parents=True)
+    if task.target_kind == "git":
+        data = subprocess.run(["git", "-C", str(task.target_dir), "archive", "--format=tar", task.tree],
+                              capture_output=True, check=True).stdout
+        with tarfile.open(fileobj=io.BytesIO(data)) as tar:
+            tar.extractall(dest, filter="data")
+        return
+    for rel, content in dir_entries(task.target_dir):
+        path = dest / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(content)
+
+
+def _copy_writable(src: Path, dest: Path) -> None:
+    """Copy a skill tree (frozen copies are read-only) with ordinary modes, so cells can clean up."""
+    shutil.copytree(src, dest, dirs_exist_ok=True, copy_function=shutil.copyfile)
+    for dirpath, _, filenames in os.walk(dest):
+        os.chmod(dirpath, 0o755)
+        for name in filenames:
+            os.chmod(os.path.join(dirpath, name), 0o644)
+
+
+def install_skills(skills_dir: Path, ws: Path) -> None:
+    _copy_writable(skills_dir, ws / ".claude" / "skills")
+
+
+def build_template(tree: Path, skills_dir: Path, overlay_dir: Path | None, dest: Path) -> str:
+    """A ready repository at `dest`; returns the commit every cell starts from."""
+    shutil.copytree(tree, dest)
+    install_skills(skills_dir, dest)
+    git(dest, "init", "-q", "--template=", "-b", "main")
+    git(dest, "add", "-A")
+    git(dest, "commit", "-q", "--no-verify", "-m", "benchmark task snapshot")
+    if overlay_dir is not None:
+        _copy_writable(overlay_dir, dest / ".claude" / "skills")
+        git(dest, "add", "-A")
+        if not git(dest, "status", "--porcelain"):
+            raise WorkspaceError("the candidate overlay is byte-identical to the incumbent skills")
+        git(dest, "commit", "-q", "--no-verify", "-m", "benchmark candidate skill overlay")
+    return git(dest, "rev-parse", "HEAD")
+
+
+def materialize(template: Path, dest: Path) -> None:
+    """A cell's own workspace: a copy of the template, with the same mode bits."""
+    shutil.copytree(template, dest, symlinks=True)
