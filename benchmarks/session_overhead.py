@@ -9,11 +9,11 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
-import subprocess
 import tempfile
 import time
 from pathlib import Path
 
+from benchmarks import bare
 from skillevo import sandbox
 from skillevo.agent import SessionSpec, cli, run_session
 from skillevo.simulator import Simulator, demo
@@ -30,18 +30,8 @@ def sandboxed(sim: Simulator, root: Path) -> float:
     return wall
 
 
-def bare(sim: Simulator, root: Path, binary: Path) -> float:
-    ws = demo.make_workspace(root)
-    home = root / "home"
-    home.mkdir()
-    argv = [str(binary)] + cli.argv(model=demo.MODEL, tools=("Skill", "Read", "Edit", "Write", "Bash", "Glob", "Grep"))[1:]
-    env = {"PATH": "/usr/bin:/bin", "HOME": str(home), "ANTHROPIC_BASE_URL": sim.url(), "ANTHROPIC_API_KEY": "bench",
-           "DISABLE_AUTOUPDATER": "1", "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1", "TMPDIR": str(root)}
-    start = time.monotonic()
-    out = subprocess.run(argv, input=demo.PROMPT.encode(), cwd=ws, env=env, capture_output=True, timeout=120)
-    wall = time.monotonic() - start
-    assert out.returncode == 0 and b'"subtype":"success"' in out.stdout, out.stderr[-500:]
-    return wall
+def bare_run(sim: Simulator, root: Path, binary: Path) -> float:
+    return bare.session(binary, sim.url(), demo.MODEL, demo.PROMPT, demo.make_workspace(root), root / "home")
 
 
 def main() -> None:
@@ -52,10 +42,10 @@ def main() -> None:
     binary = cli.locate()
     walls: dict[str, list[float]] = {"sandboxed": [], "bare": []}
     with Simulator(demo.book()) as sim, tempfile.TemporaryDirectory(prefix="skillevo-bench-") as tmp:
-        bare(sim, Path(tmp) / "warm", binary)  # page the 200 MB binary in before measuring
+        bare_run(sim, Path(tmp) / "warm", binary)  # page the 200 MB binary in before measuring
         for i in range(args.runs):
             walls["sandboxed"].append(sandboxed(sim, Path(tmp) / f"s{i}"))
-            walls["bare"].append(bare(sim, Path(tmp) / f"b{i}", binary))
+            walls["bare"].append(bare_run(sim, Path(tmp) / f"b{i}", binary))
             print(f"run {i + 1}: sandboxed {walls['sandboxed'][-1]:.3f}s  bare {walls['bare'][-1]:.3f}s", flush=True)
     med = {k: statistics.median(v) for k, v in walls.items()}
     print(f"median sandboxed {med['sandboxed']:.3f}s, median bare {med['bare']:.3f}s ({os.cpu_count()} cores)")

@@ -71,8 +71,8 @@ def escape_run(book, tmp_path_factory):
 
 
 def test_escape_session_ran_every_attempt(escape_run):
-    assert escape_run["record"]["num_turns"] >= 11
-    assert len(escape_run["results"]) >= 11
+    assert escape_run["record"]["num_turns"] >= 12
+    assert len(escape_run["results"]) >= 12
 
 
 def test_write_outside_workspace_fails(escape_run):
@@ -89,20 +89,22 @@ def test_caller_home_and_planted_file_are_unreadable(escape_run):
 def test_hidden_oracle_directory_is_unreadable(escape_run):
     assert ORACLE not in escape_run["text"]
     assert "oracle-rc=1" in escape_run["results"][4]
+    search = escape_run["results"][5]
+    assert "oracle-search-done" in search and "test_hidden" not in search
 
 
 def test_skill_files_under_test_cannot_be_modified(escape_run):
     assert (escape_run["ws"] / ".claude/skills/work/SKILL.md").read_text() == SKILL
-    assert "skill-rc=1" in escape_run["results"][6]
+    assert "skill-rc=1" in escape_run["results"][7]
 
 
 def test_host_loopback_connection_is_refused(escape_run):
     assert escape_run["connected"] is False
-    assert "connect=refused" in escape_run["results"][8]
+    assert "connect=refused" in escape_run["results"][9]
 
 
 def test_api_key_is_nowhere_inside_the_sandbox(escape_run):
-    env_dump = escape_run["results"][9]
+    env_dump = escape_run["results"][10]
     assert "env-done" in env_dump  # the probe ran: it listed the environment and every /proc environ it could read
     assert PLANTED_KEY not in escape_run["text"]
     assert PLANTED_KEY not in json.dumps(escape_run["record"])
@@ -111,6 +113,6 @@ def test_api_key_is_nowhere_inside_the_sandbox(escape_run):
 
 
 def test_background_process_does_not_survive(escape_run):
-    assert "spawned" in escape_run["results"][10]
+    assert "spawned" in escape_run["results"][11]
     assert not session_processes(MARKER)
     assert not session_processes()

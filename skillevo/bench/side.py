@@ -27,7 +27,7 @@ from skillevo.bench.cell import CellResult, CellSpec
 from skillevo.bench.executor import Executor, LocalExecutor
 from skillevo.bench.report import write_report
 from skillevo.digests import canonical_json, framed_digest
-from skillevo.params import ParamsError, model, model_binding, section
+from skillevo.params import Model, ParamsError, model, model_binding, section
 from skillevo.schemas import validate
 from skillevo.simulator import Simulator, load_all
 
@@ -133,6 +133,30 @@ def _cancel_on_signals() -> Iterator[threading.Event]:
             signal.signal(s, handler)
 
 
+def build_cells(p: SidePlan, skills_dir: Path, overlay_dir: Path | None, bench: dict[str, Any], mdl: Model,
+                scratch: Path) -> list[CellSpec]:
+    """Every (task, arm, run) of the side; templates are built once per task and variant."""
+    cells = []
+    for task in p.tasks:
+        tree = scratch / "trees" / task.id
+        workspace.export_tree(task, tree)
+        templates: dict[bool, tuple[Path, str]] = {}
+        for arm in p.arms:
+            cand = arm.is_candidate
+            if cand not in templates:
+                dest = scratch / "templates" / f"{task.id}-{'candidate' if cand else 'incumbent'}"
+                templates[cand] = (dest, workspace.build_template(tree, skills_dir, overlay_dir if cand else None, dest))
+            template, base = templates[cand]
+            cells += [CellSpec(task=task, arm=arm, run=run, side=p.side, template=template, base_commit=base,
+                               skills_digest=p.skills_digest, overlay_digest=p.overlay_digest if cand else None,
+                               model=mdl, scratch=scratch,
+                               churn_exclude=tuple(bench.get("churn_exclude", ["docs/plan.md"])),
+                               phase_timeout_s=float(bench.get("phase_timeout_s", 600)),
+                               max_retries=int(bench.get("max_retries", 2)))
+                      for run in range(1, p.runs + 1)]
+    return cells
+
+
 def run_side(p: SidePlan, tasks_file: Path, skills_dir: Path, overlay_dir: Path | None, params: dict[str, Any],
              out: Path, *, executor: Executor | None = None, quiet: bool = False,
              scratch_root: Path | None = None) -> list[dict[str, Any]]:
@@ -149,24 +173,7 @@ def run_side(p: SidePlan, tasks_file: Path, skills_dir: Path, overlay_dir: Path 
             books = sorted((tasks_file.parent / "playbooks").glob("*.yaml"))
             sim_url = stack.enter_context(Simulator(load_all(books))).url()
         mdl, api_key = model(params, sim_url)
-        cells = []
-        for task in p.tasks:
-            tree = scratch / "trees" / task.id
-            workspace.export_tree(task, tree)
-            templates: dict[bool, tuple[Path, str]] = {}
-            for arm in p.arms:
-                cand = arm.is_candidate
-                if cand not in templates:
-                    dest = scratch / "templates" / f"{task.id}-{'candidate' if cand else 'incumbent'}"
-                    templates[cand] = (dest, workspace.build_template(tree, skills_dir, overlay_dir if cand else None, dest))
-                template, base = templates[cand]
-                for run in range(1, p.runs + 1):
-                    cells.append(CellSpec(
-                        task=task, arm=arm, run=run, side=p.side, template=template, base_commit=base,
-                        skills_digest=p.skills_digest, overlay_digest=p.overlay_digest if cand else None, model=mdl,
-                        scratch=scratch, churn_exclude=tuple(bench.get("churn_exclude", ["docs/plan.md"])),
-                        phase_timeout_s=float(bench.get("phase_timeout_s", 600)),
-                        max_retries=int(bench.get("max_retries", 2))))
+        cells = build_cells(p, skills_dir, overlay_dir, bench, mdl, scratch)
         writer = _Writer(out, len(cells), quiet)
         runner = executor or LocalExecutor(int(bench.get("workers", 2)), api_key)
         with _cancel_on_signals() as cancel:

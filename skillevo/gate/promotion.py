@@ -1,0 +1,276 @@
+"""promotion.json: the gate's decisions bound to everything they depend on, and the check apply runs on it.
+
+The file must carry enough to recompute every decision (the per-task aggregates and the whole policy), so
+apply trusts arithmetic it can redo rather than a verdict someone could have edited.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+from collections.abc import Mapping
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+
+from skillevo.gate._schema import GateInputError, first_error, schema_validator, view_validator
+from skillevo.gate.aggregate import EXCLUDED_ERROR_KINDS, Side, aggregate
+from skillevo.gate.policy import PROMOTE, Policy, decide, decide_arm, incumbent_arm_of
+
+SCHEMA_VERSION = 1
+BINDING_KEYS = (
+    "benchmark_model",
+    "proposer_model",
+    "effort",
+    "candidate_origin",
+    "overlay_digest",
+    "destination_digests",
+    "required_candidate_arms",
+    "task_bindings",
+    "policy",
+    "backend",
+)
+CLOCK_SKEW = timedelta(minutes=5)
+_FREEZE_VIEW = {
+    "type": "object",
+    "required": ["overlay_digest", "required_candidate_arms", "destinations", "candidate_origin", "proposer_model"],
+    "properties": {
+        "overlay_digest": {"$ref": "#/$defs/sha256"},
+        "required_candidate_arms": {"$ref": "#/$defs/arm_list"},
+        "destinations": {"$ref": "#/$defs/destination_digests"},
+        "candidate_origin": {"enum": ["proposer", "hand-written"]},
+        "proposer_model": {"type": ["string", "null"]},
+    },
+}
+
+
+class PromotionRefused(ValueError):
+    """promotion.json may not be applied; the message names the offending field."""
+
+
+def load_freeze(path: Path) -> dict[str, Any]:
+    """The freeze manifest's fields the gate binds, checked before anything is decided on them."""
+    try:
+        manifest = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError) as e:
+        raise GateInputError(f"{path}: cannot read JSON: {e}") from e
+    error = first_error(manifest, _freeze_validator())
+    if error:
+        raise GateInputError(f"{path}: {error}")
+    for i, arm in enumerate(manifest["required_candidate_arms"]):
+        try:
+            incumbent_arm_of(arm)
+        except ValueError as e:
+            raise GateInputError(f"{path}: $.required_candidate_arms[{i}]: {e} (rule: arm naming)") from e
+    return manifest
+
+
+def pipeline_bindings(freeze: Mapping[str, Any], bench: Mapping[str, Any], policy: Policy) -> dict[str, Any]:
+    """What a promotion binds, from the freeze manifest, a side's bench.json and the gate params.
+
+    Apply builds its `current` with the same function from what the pipeline holds at apply time.
+    """
+    return {
+        "benchmark_model": bench["model"]["name"],
+        "proposer_model": freeze["proposer_model"],
+        "effort": bench["effort"],
+        "candidate_origin": freeze["candidate_origin"],
+        "overlay_digest": freeze["overlay_digest"],
+        "destination_digests": dict(sorted(freeze["destinations"].items())),
+        "required_candidate_arms": list(freeze["required_candidate_arms"]),
+        "task_bindings": bench["task_bindings"],
+        "policy": policy.to_dict(),
+        "backend": bench["model"],
+    }
+
+
+def build_promotion(
+    incumbent: Side, candidate: Side, freeze: Mapping[str, Any], policy: Policy, *, now: datetime
+) -> dict[str, Any]:
+    """Decide every required candidate arm and bind the result; refuse sides that were not benchmarked alike."""
+    _require_aware(now, "now")
+    for key, what in (("task_bindings", "task bindings"), ("model", "model"), ("effort", "effort")):
+        if incumbent.bench[key] != candidate.bench[key]:
+            raise GateInputError(
+                f"{incumbent.directory / 'bench.json'} and {candidate.directory / 'bench.json'}: $.{key} differ "
+                f"(rule: both sides are benchmarked with identical {what})"
+            )
+    if candidate.bench["overlay_digest"] != freeze["overlay_digest"]:
+        raise GateInputError(
+            f"{candidate.directory / 'bench.json'}: $.overlay_digest is not the frozen overlay's "
+            f"{freeze['overlay_digest']} (rule: the candidate side ran the frozen overlay)"
+        )
+    incumbent_arms = {arm["name"] for arm in incumbent.bench["arms"]}
+    candidate_arms = {arm["name"] for arm in candidate.bench["arms"]}
+    if incumbent_arms & candidate_arms:
+        raise GateInputError(
+            f"arms {sorted(incumbent_arms & candidate_arms)} are declared on both sides (rule: arm naming)"
+        )
+
+    bindings = pipeline_bindings(freeze, candidate.bench, policy)
+    classes = {binding["id"]: binding["class"] for binding in bindings["task_bindings"]}
+    aggregates = aggregate([*incumbent.rows, *candidate.rows], classes, incumbent_arms | candidate_arms)
+    decisions = decide(
+        aggregates,
+        policy,
+        benchmark_model=bindings["benchmark_model"],
+        candidate_arms=bindings["required_candidate_arms"],
+    )
+    generated = now.astimezone(timezone.utc).replace(microsecond=0)
+    promotion = {
+        "schema_version": SCHEMA_VERSION,
+        "generated_at": generated.isoformat(),
+        "evidence_expires_at": (generated + timedelta(days=policy.max_age_days)).isoformat(),
+        **bindings,
+        "decisions": decisions,
+    }
+    error = first_error(promotion, schema_validator("promotion"))
+    if error:
+        raise GateInputError(f"the promotion these inputs make does not match its schema: {error}")
+    return promotion
+
+
+def write_promotion(promotion: Mapping[str, Any], path: Path) -> None:
+    """Validate, then replace the file atomically so a reader never sees half a promotion."""
+    error = first_error(promotion, schema_validator("promotion"))
+    if error:
+        raise ValueError(f"refusing to write an invalid promotion.json: {error}")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    staging = path.with_name(f".{path.name}.tmp")
+    staging.write_text(
+        json.dumps(promotion, indent=2, sort_keys=True, ensure_ascii=False, allow_nan=False) + "\n", encoding="utf-8"
+    )
+    os.replace(staging, path)
+
+
+def recompute_decisions(promotion: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """Each stored decision decided again from its own embedded aggregates under the embedded policy."""
+    policy = Policy.from_dict(promotion["policy"])
+    recomputed = []
+    for stored in promotion["decisions"]:
+        aggregates = {
+            (agg["task"], agg["arm"]): agg for row in stored["tasks"] for agg in (row["incumbent"], row["candidate"])
+        }
+        recomputed.append(
+            decide_arm(
+                aggregates,
+                policy,
+                benchmark_model=promotion["benchmark_model"],
+                incumbent_arm=stored["incumbent_arm"],
+                candidate_arm=stored["candidate_arm"],
+            )
+        )
+    return recomputed
+
+
+def validate_for_apply(promotion: Any, current: Mapping[str, Any], now: datetime) -> None:
+    """Raise PromotionRefused unless this promotion may be applied to what the pipeline holds now.
+
+    `current` has one entry per BINDING_KEYS name (`policy` as a Policy or its dict).
+    """
+    _require_aware(now, "now")
+    error = first_error(promotion, schema_validator("promotion"))
+    if error:
+        raise PromotionRefused(f"promotion.json does not match its schema: {error}")
+    for key in BINDING_KEYS:
+        if key not in current:
+            raise PromotionRefused(f"{key}: the pipeline supplied no current value to compare with")
+        expected = current[key].to_dict() if isinstance(current[key], Policy) else current[key]
+        difference = _first_difference(promotion[key], expected, key)
+        if difference:
+            raise PromotionRefused(f"{difference}: differs from what the pipeline holds now")
+    _check_timestamps(promotion, now)
+    _check_decisions(promotion)
+
+
+def _check_timestamps(promotion: Mapping[str, Any], now: datetime) -> None:
+    generated = _parse_time(promotion, "generated_at")
+    expires = _parse_time(promotion, "evidence_expires_at")
+    if generated > now + CLOCK_SKEW:
+        raise PromotionRefused(f"generated_at: {promotion['generated_at']} is in the future")
+    lifetime = expires - generated
+    max_age = timedelta(days=promotion["policy"]["max_age_days"])
+    if not timedelta(0) < lifetime <= max_age:
+        raise PromotionRefused(
+            f"evidence_expires_at: {promotion['evidence_expires_at']} must be after generated_at and at most "
+            f"{max_age.days} days after it"
+        )
+    if now > expires:
+        raise PromotionRefused(f"evidence_expires_at: the evidence expired at {promotion['evidence_expires_at']}")
+
+
+def _check_decisions(promotion: Mapping[str, Any]) -> None:
+    decisions = promotion["decisions"]
+    arms = [decision["candidate_arm"] for decision in decisions]
+    if sorted(arms) != sorted(promotion["required_candidate_arms"]):
+        raise PromotionRefused(
+            f"decisions: cover arms {arms}, not exactly required_candidate_arms {promotion['required_candidate_arms']}"
+        )
+    task_ids = sorted(binding["id"] for binding in promotion["task_bindings"])
+    for i, (stored, recomputed) in enumerate(zip(decisions, recompute_decisions(promotion), strict=True)):
+        where = f"decisions[{i}]"
+        if stored["incumbent_arm"] != incumbent_arm_of(stored["candidate_arm"]):
+            raise PromotionRefused(f"{where}.incumbent_arm: {stored['incumbent_arm']!r} is not the paired arm")
+        if stored["decision"] != PROMOTE:
+            raise PromotionRefused(f"{where}.decision: is {stored['decision']!r}; only {PROMOTE!r} can be applied")
+        if [row["task"] for row in stored["tasks"]] != task_ids:
+            raise PromotionRefused(f"{where}.tasks: do not cover the bound tasks {task_ids} once each, in order")
+        for j, row in enumerate(stored["tasks"]):
+            for side in ("incumbent", "candidate"):
+                _check_aggregate(row[side], f"{where}.tasks[{j}].{side}")
+        difference = _first_difference(stored, recomputed, where)
+        if difference:
+            raise PromotionRefused(f"{difference}: the stored decision does not follow from its embedded aggregates")
+
+
+def _check_aggregate(agg: Mapping[str, Any], where: str) -> None:
+    """Counts a real aggregation could have produced; the schema cannot relate fields to each other."""
+    excluded = sum(count for kind, count in agg["error_kinds"].items() if kind in EXCLUDED_ERROR_KINDS)
+    if agg["runs"] != agg["valid_runs"] + agg["excluded_runs"]:
+        raise PromotionRefused(f"{where}.runs: is not valid_runs + excluded_runs")
+    if agg["excluded_runs"] != excluded:
+        raise PromotionRefused(f"{where}.excluded_runs: does not match the excluded error kinds ({excluded})")
+    if agg["resolved"] > agg["valid_runs"]:
+        raise PromotionRefused(f"{where}.resolved: exceeds valid_runs")
+
+
+def _first_difference(stored: Any, expected: Any, path: str) -> str | None:
+    """The path of the first place two JSON values differ, so a refusal can name the field."""
+    if isinstance(stored, dict) and isinstance(expected, dict):
+        for key in sorted(set(stored) | set(expected)):
+            where = f"{path}.{key}" if key.isidentifier() else f"{path}[{key!r}]"
+            if key not in stored or key not in expected:
+                return where
+            difference = _first_difference(stored[key], expected[key], where)
+            if difference:
+                return difference
+        return None
+    if isinstance(stored, list) and isinstance(expected, list):
+        for i, (a, b) in enumerate(zip(stored, expected)):
+            difference = _first_difference(a, b, f"{path}[{i}]")
+            if difference:
+                return difference
+        return None if len(stored) == len(expected) else f"{path}[{min(len(stored), len(expected))}]"
+    same = stored == expected and isinstance(stored, bool) == isinstance(expected, bool)
+    return None if same else path
+
+
+def _parse_time(promotion: Mapping[str, Any], key: str) -> datetime:
+    """The schema's pattern already demands an explicit offset; this catches impossible dates."""
+    try:
+        return datetime.fromisoformat(promotion[key])
+    except ValueError as e:
+        raise PromotionRefused(f"{key}: not a valid ISO-8601 time: {e}") from e
+
+
+def _require_aware(moment: datetime, name: str) -> None:
+    if moment.utcoffset() is None:
+        raise ValueError(f"{name} must be timezone-aware")
+
+
+@functools.cache
+def _freeze_validator() -> jsonschema.Draft202012Validator:
+    return view_validator(_FREEZE_VIEW)

@@ -1,0 +1,201 @@
+"""Synthetic gate inputs: results rows, bench.json, freeze manifest and aggregates.
+
+Rows and bench.json follow docs/formats.md and also carry the extra fields schemas/result-row and bench-run ask for.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from skillevo.gate.aggregate import EXCLUDED_ERROR_KINDS, Side
+
+INCUMBENT, CANDIDATE = "workflow", "candidate_workflow"
+OVERLAY = "a" * 64
+MODEL = {"backend": "simulator", "name": "skillevo-sim-1", "base_url": None, "simulated": True}
+DESTINATIONS = {"skills/work/SKILL.md": "b" * 64, ".claude/skills/work/SKILL.md": "b" * 64}
+
+
+def binding(task: str, cls: str = "trivial") -> dict[str, Any]:
+    return {
+        "id": task,
+        "class": cls,
+        "expensive": False,
+        "timeout_s": 600,
+        "target": {"kind": "dir", "path": f"tasks/targets/{task}", "tree": "c" * 64},
+        "prompt_sha256": "d" * 64,
+        "setup_sha256": None,
+        "verify_sha256": "e" * 64,
+        "oracle_command_sha256": "f" * 64,
+        "oracle_files": [{"target": "tests/test_oracle.py", "sha256": "0" * 64, "size": 120}],
+    }
+
+
+def row(
+    task: str,
+    arm: str,
+    run: int,
+    *,
+    resolved: bool | None = None,
+    error_kind: str | None = None,
+    cost_usd: float | None = 1.0,
+    cls: str = "trivial",
+    **fields: Any,
+) -> dict[str, Any]:
+    """A complete results row; `resolved` defaults to 'no error_kind', as the bench records it."""
+    candidate = arm.startswith("candidate_")
+    if resolved is None:
+        resolved = error_kind is None
+    verify_passed = resolved or error_kind not in ("verify-failed", "session-error", "infra-error")
+    return {
+        "task": task,
+        "class": cls,
+        "arm": arm,
+        "incumbent_arm": arm.removeprefix("candidate_"),
+        "run": run,
+        "side": "candidate" if candidate else "incumbent",
+        "resolved": resolved,
+        "ok": error_kind not in ("session-error", "infra-error"),
+        "error_kind": error_kind,
+        "error_detail": None if error_kind is None else f"{error_kind} in run {run}",
+        "cost_usd": cost_usd,
+        "input_tokens": 1000,
+        "output_tokens": 200,
+        "cache_creation_input_tokens": 0,
+        "cache_read_input_tokens": 500,
+        "num_turns": 4,
+        "duration_s": 12.5,
+        "wall_s": 15.0,
+        "diff_files": 1,
+        "diff_insertions": 3,
+        "diff_deletions": 1,
+        "verify_passed": verify_passed,
+        "oracle_passed": resolved,
+        "verify_tail": "",
+        "skill_invoked": error_kind != "skill-not-invoked",
+        "session_ids": [f"{task}-{arm}-{run}"],
+        "tool_uses": {"Skill": 1},
+        "transcripts": [],
+        "patch": None,
+        "phases": {
+            "workspace_s": 0.1, "setup_s": 0.0, "sessions_s": [10.0], "verify_s": 1.0, "oracle_s": 1.0, "churn_s": 0.1,
+        },
+        "model": MODEL["name"],
+        "backend": MODEL["backend"],
+        "simulated": MODEL["simulated"],
+        "effort": "medium",
+        "base_commit": "4" * 40,
+        "task_binding_digest": "1" * 64,
+        "skills_digest": "2" * 64,
+        "overlay_digest": OVERLAY if candidate else None,
+        "recorded_at": "2025-01-01T00:00:00+00:00",
+        **fields,
+    }
+
+
+def runs(task: str, arm: str, costs: list[float | None], *, kinds: list[str | None] | None = None, **fields: Any):
+    """One row per cost, run numbers from 1; `kinds` gives each run's error_kind (default: all resolved)."""
+    kinds = kinds or [None] * len(costs)
+    return [row(task, arm, i, cost_usd=c, error_kind=k, **fields) for i, (c, k) in enumerate(zip(costs, kinds), 1)]
+
+
+def bench(side: str, tasks: dict[str, str], *, arms: tuple[str, ...] = (INCUMBENT,), **fields: Any) -> dict[str, Any]:
+    names = [arm if side == "incumbent" else f"candidate_{arm}" for arm in arms]
+    return {
+        "schema_version": 1,
+        "side": side,
+        "model": dict(MODEL),
+        "effort": "medium",
+        "runs": 3,
+        "arms": [{"name": n, "incumbent_arm": a, "skills": ["work"]} for n, a in zip(names, arms)],
+        "task_bindings": [binding(t, c) for t, c in sorted(tasks.items())],
+        "skipped_tasks": [],
+        "overlay_digest": None if side == "incumbent" else OVERLAY,
+        "skills_digest": "2" * 64,
+        "cells": 3 * len(tasks) * len(names),
+        "rows": 3 * len(tasks) * len(names),
+        **fields,
+    }
+
+
+def freeze(required: tuple[str, ...] = (CANDIDATE,), **fields: Any) -> dict[str, Any]:
+    return {
+        "schema_version": 1,
+        "overlay_digest": OVERLAY,
+        "files": [{"path": "work/SKILL.md", "sha256": "3" * 64, "size": 100}],
+        "required_candidate_arms": list(required),
+        "destinations": dict(DESTINATIONS),
+        "candidate_origin": "proposer",
+        "proposer_model": "skillevo-sim-proposer-1",
+        "evolvable_skills": ["work"],
+        **fields,
+    }
+
+
+def sides(rows: list[dict[str, Any]], tasks: dict[str, str] | None = None) -> tuple[Side, Side]:
+    """Split rows into the two sides, as the bench would have written them."""
+    tasks = tasks or {r["task"]: r["class"] for r in rows}
+    incumbent = [r for r in rows if not r["arm"].startswith("candidate_")]
+    candidate = [r for r in rows if r["arm"].startswith("candidate_")]
+    return (
+        Side(Path("bench-incumbent"), bench("incumbent", tasks), tuple(incumbent)),
+        Side(Path("bench-candidate"), bench("candidate", tasks), tuple(candidate)),
+    )
+
+
+def write_side(directory: Path, bench_json: dict[str, Any], rows: list[dict[str, Any]]) -> Path:
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / "bench.json").write_text(json.dumps(bench_json, indent=2), encoding="utf-8")
+    (directory / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    return directory
+
+
+def agg(
+    task: str,
+    arm: str,
+    *,
+    valid: int = 3,
+    resolved: int | None = None,
+    excluded: int = 0,
+    cost: float | None = 1.0,
+    kinds: dict[str, int] | None = None,
+    cls: str = "trivial",
+) -> dict[str, Any]:
+    """An aggregate as skillevo.gate.aggregate makes it; unresolved valid runs default to verify-failed."""
+    resolved = valid if resolved is None else resolved
+    kinds = dict(kinds or {})
+    if excluded and not any(k in EXCLUDED_ERROR_KINDS for k in kinds):
+        kinds["session-error"] = excluded
+    if valid - resolved and not set(kinds) - EXCLUDED_ERROR_KINDS:
+        kinds["verify-failed"] = valid - resolved
+    median = None if valid == 0 else 1.0
+    return {
+        "task": task,
+        "class": cls,
+        "arm": arm,
+        "runs": valid + excluded,
+        "valid_runs": valid,
+        "excluded_runs": excluded,
+        "resolved": resolved,
+        "error_kinds": dict(sorted(kinds.items())),
+        "cost_usd": None if valid == 0 else cost,
+        "input_tokens": median,
+        "output_tokens": median,
+        "cache_creation_input_tokens": median,
+        "cache_read_input_tokens": median,
+        "num_turns": median,
+        "duration_s": median,
+        "wall_s": median,
+        "diff_files": median,
+        "diff_insertions": median,
+        "diff_deletions": median,
+    }
+
+
+def paired(task: str, incumbent: dict[str, Any], candidate: dict[str, Any], cls: str = "trivial"):
+    """Aggregates entries for one task: keyword dicts for `agg` on each side."""
+    return {
+        (task, INCUMBENT): agg(task, INCUMBENT, cls=cls, **incumbent),
+        (task, CANDIDATE): agg(task, CANDIDATE, cls=cls, **candidate),
+    }

@@ -1,0 +1,101 @@
+"""Properties of the gate over generated benches: what must hold whatever the runs look like."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime, timezone
+from fractions import Fraction
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from skillevo.gate import Policy, aggregate, build_promotion, decide_arm, recompute_decisions
+from skillevo.gate.aggregate import EXCLUDED_ERROR_KINDS
+from tests.gate_rows import CANDIDATE, INCUMBENT, freeze, row, sides
+
+NOW = datetime(2025, 3, 1, tzinfo=timezone.utc)
+PROPERTY = settings(max_examples=150, deadline=None, derandomize=True, database=None)
+# Half the benches are clean (every run resolved and measured), so promotions are common enough to bite.
+KINDS = [None] * 6 + ["verify-failed", "oracle-failed", "skill-not-invoked", "session-error", "cleanup-failure"]
+COSTS = [0.7, 0.8, 0.9, 1.0, 1.0, 1.1, 1.3]
+
+
+@st.composite
+def benches(draw):
+    """Rows for 1-3 tasks, both arms, 2-4 runs per cell; the candidate's costs are the incumbent's scaled."""
+    tasks = draw(st.lists(st.sampled_from(["t1", "t2", "t3"]), min_size=1, max_size=3, unique=True))
+    clean = draw(st.booleans())
+    kinds = st.just(None) if clean else st.sampled_from(KINDS)
+    costs = st.sampled_from(COSTS) if clean else st.sampled_from([*COSTS, None])
+    rows = []
+    for task in sorted(tasks):
+        count = draw(st.sampled_from([3, 3, 3, 2, 4]))
+        for arm, scale in ((INCUMBENT, 1.0), (CANDIDATE, draw(st.sampled_from([0.8, 0.9, 1.0, 1.2])))):
+            for run in range(1, count + 1):
+                cost = draw(costs)
+                cost = None if cost is None else round(cost * scale, 4)
+                rows.append(row(task, arm, run, error_kind=draw(kinds), cost_usd=cost))
+    return rows
+
+
+def decide_rows(rows, policy=Policy()):
+    tasks = {r["task"]: r["class"] for r in rows}
+    return decide_arm(
+        aggregate(rows, tasks, [INCUMBENT, CANDIDATE]),
+        policy,
+        benchmark_model="skillevo-sim-1",
+        incumbent_arm=INCUMBENT,
+        candidate_arm=CANDIDATE,
+    )
+
+
+def _rate(agg):
+    return Fraction(agg["resolved"], agg["valid_runs"]) if agg["valid_runs"] else Fraction(0)
+
+
+@PROPERTY
+@given(benches(), st.data())
+def test_never_promote_when_a_gated_tasks_resolution_rate_drops(rows, data):
+    decision = decide_rows(rows)
+    if any(t["gated"] and _rate(t["candidate"]) < _rate(t["incumbent"]) for t in decision["tasks"]):
+        assert decision["decision"] != "promote"
+    # Force a drop on one task: the incumbent resolves every run, the candidate fails one of them.
+    task = data.draw(st.sampled_from(sorted({r["task"] for r in rows})))
+    for r in rows:
+        if r["task"] == task and r["arm"] == INCUMBENT:
+            r.update(error_kind=None, resolved=True)
+    victim = data.draw(st.sampled_from([r for r in rows if r["task"] == task and r["arm"] == CANDIDATE]))
+    victim.update(error_kind="oracle-failed", resolved=False)
+    decision = decide_rows(rows)
+    assert any(t["gated"] and _rate(t["candidate"]) < _rate(t["incumbent"]) for t in decision["tasks"])
+    assert decision["decision"] != "promote"
+
+
+@PROPERTY
+@given(benches(), st.data(), st.sampled_from(sorted(EXCLUDED_ERROR_KINDS)))
+def test_never_promote_with_an_excluded_run_in_a_gated_task(rows, data, kind):
+    victim = data.draw(st.sampled_from(rows))
+    victim.update(error_kind=kind, resolved=False)
+    decision = decide_rows(rows)
+    row_of_task = next((t for t in decision["tasks"] if t["task"] == victim["task"]), None)
+    assert row_of_task is not None and row_of_task["gated"], "a task with an excluded run is never fully measured"
+    assert decision["decision"] != "promote"
+
+
+@PROPERTY
+@given(benches(), st.randoms(use_true_random=False))
+def test_decision_is_invariant_to_row_order(rows, rng):
+    shuffled = list(rows)
+    rng.shuffle(shuffled)
+    first, second = decide_rows(rows), decide_rows(shuffled)
+    assert json.dumps(first, sort_keys=True) == json.dumps(second, sort_keys=True)
+
+
+@PROPERTY
+@given(benches())
+def test_recomputation_from_the_stored_file_equals_the_stored_decision(rows):
+    incumbent, candidate = sides(rows)
+    promotion = build_promotion(incumbent, candidate, freeze(), Policy(), now=NOW)
+    from_file = json.loads(json.dumps(promotion, sort_keys=True))
+    assert recompute_decisions(from_file) == from_file["decisions"]
+    assert from_file["decisions"] == promotion["decisions"]

@@ -1,0 +1,198 @@
+"""`python -m stages.gate`: documented options, end-to-end outputs, and bad input named by file, line and rule."""
+
+from __future__ import annotations
+
+import csv
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from skillevo.gate._schema import first_error, schema_validator
+from stages import gate as stage
+from tests.gate_rows import CANDIDATE, INCUMBENT, bench, freeze, row, runs, write_side
+
+ROOT = Path(__file__).resolve().parents[1]
+TASKS = {"t1": "trivial", "t2": "investigation"}
+
+
+def setup_inputs(tmp_path: Path, *, candidate_costs=(0.8, 0.85, 0.9), candidate_rows=None, params="gate: {}\n"):
+    incumbent_rows = runs("t1", INCUMBENT, [1.0, 1.1, 0.9])
+    incumbent_rows += runs("t2", INCUMBENT, [2.0, 2.0, 2.0], cls="investigation")
+    if candidate_rows is None:
+        candidate_rows = runs("t1", CANDIDATE, list(candidate_costs)) + runs(
+            "t2", CANDIDATE, [1.9, 1.8, 2.0], cls="investigation"
+        )
+    write_side(tmp_path / "inc", bench("incumbent", TASKS), incumbent_rows)
+    write_side(tmp_path / "cand", bench("candidate", TASKS), candidate_rows)
+    (tmp_path / "manifest.json").write_text(json.dumps(freeze()), encoding="utf-8")
+    (tmp_path / "params.yaml").write_text(params, encoding="utf-8")
+    return [
+        "--incumbent", str(tmp_path / "inc"), "--candidate", str(tmp_path / "cand"),
+        "--freeze", str(tmp_path / "manifest.json"), "--params", str(tmp_path / "params.yaml"),
+        "--out", str(tmp_path / "out"),
+    ]
+
+
+def test_help_documents_inputs_and_outputs():
+    result = subprocess.run(
+        [sys.executable, "-m", "stages.gate", "--help"], cwd=ROOT, capture_output=True, text=True, timeout=60
+    )
+    assert result.returncode == 0
+    for text in (
+        "--incumbent", "results/bench-incumbent", "--candidate", "results/bench-candidate", "--freeze",
+        "results/freeze/manifest.json", "--params", "params.yaml", "--out", "results/gate", "results.jsonl",
+        "bench.json", "promotion.json", "report.md", "metrics.json", "plots/tasks.csv", "min_runs", "exit status",
+    ):
+        assert text in result.stdout, text
+
+
+def test_end_to_end_as_a_module(tmp_path: Path):
+    result = subprocess.run(
+        [sys.executable, "-m", "stages.gate", *setup_inputs(tmp_path)],
+        cwd=ROOT, capture_output=True, text=True, timeout=60,
+    )
+    assert result.returncode == 0, result.stderr
+    [line] = result.stdout.splitlines()
+    assert re.fullmatch(
+        r"candidate_workflow: promote \(median cost_usd improvement 10\.0% \(90% bootstrap interval "
+        r"-?\d+\.\d% to -?\d+\.\d%\), resolution margin \+0, 2/2 tasks gated\)",
+        line,
+    ), line
+    out = tmp_path / "out"
+    promotion = json.loads((out / "promotion.json").read_text(encoding="utf-8"))
+    assert first_error(promotion, schema_validator("promotion")) is None
+    assert promotion["decisions"][0]["decision"] == "promote"
+
+    report = (out / "report.md").read_text(encoding="utf-8")
+    assert report.index("candidate_workflow: promote") < report.index("| task |") < report.index("Reasons:")
+    assert "| t1 | trivial | yes | 3/3 | 3/3 | 1 | 0.85 | 15.0 | met |" in report
+    assert "Simulated" in report and "bootstrap interval" in report
+
+    metrics = json.loads((out / "metrics.json").read_text(encoding="utf-8"))
+    assert all(isinstance(v, int | float) and not isinstance(v, bool) for v in metrics.values())
+    assert metrics["candidate_workflow.decision_code"] == 1
+    assert metrics["candidate_workflow.median_improvement_pct"] == 10.0
+    low, high = (metrics[f"candidate_workflow.median_improvement_ci90_{end}"] for end in ("low", "high"))
+    assert low <= 10.0 <= high
+    assert (metrics["incumbent.total_cost_usd"], metrics["candidate.total_cost_usd"]) == (9.0, 8.25)
+    assert (metrics["incumbent.sessions"], metrics["candidate.sessions"]) == (6, 6)
+
+    with (out / "plots" / "tasks.csv").open(newline="", encoding="utf-8") as f:
+        plot = list(csv.DictReader(f))
+    assert plot == [
+        {"task": "t1", "arm": CANDIDATE, "incumbent_metric": "1.0", "candidate_metric": "0.85", "improvement_pct": "15.0"},
+        {"task": "t2", "arm": CANDIDATE, "incumbent_metric": "2.0", "candidate_metric": "1.9", "improvement_pct": "5.0"},
+    ]
+
+
+def test_outputs_are_reproducible_apart_from_the_clock(tmp_path: Path, capsys):
+    args = setup_inputs(tmp_path)
+
+    def outputs():
+        assert stage.main(args) == 0
+        out = tmp_path / "out"
+        report = (out / "report.md").read_text(encoding="utf-8").splitlines()
+        return (
+            [line for line in report if not line.startswith("- generated ")],  # the only clock-dependent line
+            (out / "metrics.json").read_bytes(),
+            (out / "plots" / "tasks.csv").read_bytes(),
+        )
+
+    assert outputs() == outputs()
+
+
+def test_a_kept_incumbent_still_exits_zero(tmp_path: Path, capsys):
+    assert stage.main(setup_inputs(tmp_path, candidate_costs=(1.3, 1.3, 1.3))) == 0
+    assert capsys.readouterr().out.startswith("candidate_workflow: keep_incumbent")
+    metrics = json.loads((tmp_path / "out" / "metrics.json").read_text(encoding="utf-8"))
+    assert metrics["candidate_workflow.decision_code"] == 0
+
+
+def test_a_main_loop_metric_warns_on_stderr(tmp_path: Path, capsys):
+    assert stage.main(setup_inputs(tmp_path, params="gate:\n  metric: output_tokens\n")) == 0
+    assert "warning: metric output_tokens" in capsys.readouterr().err
+
+
+def _bad_row_cases():
+    """name: (candidate rows, the bad line, the message); each case breaks one rule in one row."""
+    good = runs("t1", CANDIDATE, [0.8, 0.85, 0.9]) + runs("t2", CANDIDATE, [1.9, 1.8, 2.0], cls="investigation")
+
+    def second(**changes):
+        return [good[0], {**good[1], **changes}, *good[2:]]
+
+    without_cost = {k: v for k, v in good[1].items() if k != "cost_usd"}
+    return {
+        "negative run": (second(run=0), 2, r"\$\.run: 0 is less than the minimum of 1 \(rule: minimum\)"),
+        "missing field": ([good[0], without_cost, *good[2:]], 2, r"'cost_usd' is a required property \(rule: required\)"),
+        "unknown error kind": (second(error_kind="timeout"), 2, r"\$\.error_kind.*\(rule: enum\)"),
+        "undeclared arm": (
+            good + [row("t1", "candidate_direct", 1)], 7,
+            r"arm 'candidate_direct' is not declared in .*bench\.json \(rule: declared arm\)",
+        ),
+        "unbound task": (good + [row("t9", CANDIDATE, 1)], 7, r"task 't9' is not bound .*\(rule: bound task\)"),
+        "duplicate cell": (good + [good[0]], 7, r"run 1 appears twice \(rule: one row per cell\)"),
+        "wrong overlay": (second(overlay_digest="9" * 64), 2, r"\(rule: a row carries its side's overlay digest\)"),
+        "resolved without oracle": (second(oracle_passed=False), 2, r"\(rule: resolved\)"),
+        "unresolved without a kind": (second(resolved=False), 2, r"\(rule: unresolved run names its failure\)"),
+        "class mismatch": (second(**{"class": "investigation"}), 2, r"\(rule: task class\)"),
+    }
+
+
+@pytest.mark.parametrize("name", sorted(_bad_row_cases()))
+def test_a_bad_row_fails_naming_file_line_and_rule(tmp_path: Path, capsys, name):
+    rows, line, message = _bad_row_cases()[name]
+    assert stage.main(setup_inputs(tmp_path, candidate_rows=rows)) == 2
+    err = capsys.readouterr().err
+    assert f"{tmp_path / 'cand' / 'results.jsonl'}:{line}: " in err
+    assert re.search(message, err), err
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize(
+    "text, message",
+    [("{not json\n", r"results\.jsonl:1: not a JSON value.*\(rule: one JSON object per line\)"),
+     ('{"cost_usd": NaN}\n', r"results\.jsonl:1: not a JSON value: NaN is not a number"),
+     ("[1, 2]\n", r"results\.jsonl:1: \$: \[1, 2\] is not of type 'object' \(rule: type\)")],
+)
+def test_unparseable_lines_are_named(tmp_path: Path, capsys, text, message):
+    args = setup_inputs(tmp_path)
+    (tmp_path / "cand" / "results.jsonl").write_text(text, encoding="utf-8")
+    assert stage.main(args) == 2
+    assert re.search(message, capsys.readouterr().err)
+
+
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        (lambda b: b.update(side="incumbent"), r"cand/bench\.json: \$\.side: is 'incumbent', expected 'candidate'"),
+        (lambda b: b["arms"][0].update(name="workflow_v2"), r"must be named 'candidate_workflow'.*\(rule: arm naming\)"),
+        (lambda b: b.update(overlay_digest=None), r"\$\.overlay_digest.*\(rule: overlay_digest\)"),
+        (lambda b: b.update(effort="high"), r"\$\.effort differ \(rule: both sides are benchmarked with identical effort\)"),
+        (lambda b: b["task_bindings"].pop(), r"\$\.task_bindings differ"),
+        (lambda b: b.pop("model"), r"'model' is a required property"),
+    ],
+)
+def test_a_bad_bench_json_is_refused(tmp_path: Path, capsys, change, message):
+    args = setup_inputs(tmp_path)
+    path = tmp_path / "cand" / "bench.json"
+    document = json.loads(path.read_text(encoding="utf-8"))
+    change(document)
+    path.write_text(json.dumps(document), encoding="utf-8")
+    (tmp_path / "cand" / "results.jsonl").write_text("", encoding="utf-8")
+    assert stage.main(args) == 2
+    assert re.search(message, capsys.readouterr().err)
+
+
+def test_rows_are_split_at_newlines_only(tmp_path: Path, capsys):
+    rows = runs("t1", CANDIDATE, [0.8, 0.85, 0.9], error_detail="line\u2028separator") + runs(
+        "t2", CANDIDATE, [1.9, 1.8, 2.0], cls="investigation"
+    )
+    args = setup_inputs(tmp_path, candidate_rows=rows)
+    path = tmp_path / "cand" / "results.jsonl"
+    path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8")
+    assert "\u2028" in path.read_text(encoding="utf-8")
+    assert stage.main(args) == 0, capsys.readouterr().err
