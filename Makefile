@@ -9,7 +9,7 @@ CLAUDE_BIN := $(CLAUDE_PREFIX)/node_modules/.bin/claude
 export SKILLEVO_CLAUDE := $(abspath $(CLAUDE_BIN))
 export DVC_NO_ANALYTICS := 1
 
-.PHONY: setup system-packages demo test bench-session clean
+.PHONY: setup system-packages demo test bench-session bench-cells clean
 setup: system-packages $(VENV)/.installed $(CLAUDE_BIN)
 
 # bwrap, socat (the model relay and Claude's inner sandbox), git, and Debian's python3 with pytest (what
@@ -50,6 +50,9 @@ test: setup
 
 bench-session: setup
 	$(PY) -m benchmarks.session_overhead
+
+bench-cells: setup
+	$(PY) -m benchmarks.bench_cells $(if $(EXECUTOR),--executor $(EXECUTOR))
 
 clean:
 	rm -rf $(VENV) .tools .pytest_cache results/tmp

@@ -8,8 +8,12 @@
 
 from __future__ import annotations
 
+import json
+import os
 import shutil
+import signal
 import tempfile
+import threading
 from pathlib import Path
 
 from skillevo.sandbox import process
@@ -49,6 +53,53 @@ def preflight() -> None:
             "--security-opt systempaths=unconfined (see README, Troubleshooting)")
 
 
+class _Namespace:
+    """Holds the sandbox's PID-namespace init (from bwrap's JSON status) so it can be killed for certain.
+
+    Killing init from outside its namespace tears down everything inside: the agent, its tools, the
+    relay's socat, any background process. bwrap's own exit does not guarantee that on every path.
+    """
+
+    def __init__(self, read_fd: int) -> None:
+        self._file = os.fdopen(read_fd, "rb")
+        self._pidfd: int | None = None
+        self._known = threading.Event()
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self) -> None:
+        try:
+            for line in self._file:
+                try:
+                    pid = json.loads(line).get("child-pid")
+                except ValueError:
+                    continue
+                if isinstance(pid, int) and self._pidfd is None:
+                    try:
+                        self._pidfd = os.pidfd_open(pid)
+                    except OSError:
+                        pass
+                    self._known.set()
+        finally:
+            self._known.set()
+            self._file.close()
+
+    def kill(self) -> None:
+        self._known.wait(2.0)
+        if self._pidfd is not None:
+            try:
+                signal.pidfd_send_signal(self._pidfd, signal.SIGKILL)
+            except OSError:
+                pass  # already gone
+            os.close(self._pidfd)
+            self._pidfd = None
+
+
 def run(spec: SandboxSpec, argv: list[str], *, stdin: bytes = b"", timeout_s: float, **kwargs) -> Finished:
-    return process.run(command(spec, argv), stdin=stdin, timeout_s=timeout_s, **kwargs)
+    read_fd, write_fd = os.pipe()
+    namespace = _Namespace(read_fd)
+    try:
+        return process.run(command(spec, argv, status_fd=write_fd), stdin=stdin, timeout_s=timeout_s,
+                           pass_fds=(write_fd,), **kwargs)
+    finally:
+        namespace.kill()
 

@@ -71,8 +71,12 @@ def _identity_files(private: Path) -> list[str]:
             "--ro-bind", str(etc / "hosts"), "/etc/hosts"]
 
 
-def command(spec: SandboxSpec, argv: list[str]) -> list[str]:
-    """The full argv: bwrap, its options, then `argv` to run inside."""
+def command(spec: SandboxSpec, argv: list[str], status_fd: int | None = None) -> list[str]:
+    """The full argv: bwrap, its options, then `argv` to run inside.
+
+    With `status_fd`, bwrap reports the sandbox's first process (the PID namespace's init) there as
+    JSON, so the caller can kill the whole namespace however bwrap itself ended.
+    """
     for sub in ("home", "tmp"):
         (spec.private / sub).mkdir(parents=True, exist_ok=True)
     args = [
@@ -103,5 +107,7 @@ def command(spec: SandboxSpec, argv: list[str]) -> list[str]:
         args += ["--bind" if m.writable else "--ro-bind", str(m.src), m.dst]
     for key, value in sorted(spec.env.items()):
         args += ["--setenv", key, value]
+    if status_fd is not None:
+        args += ["--json-status-fd", str(status_fd)]
     args += ["--chdir", WORKDIR, "--"]
     return args + list(argv)

@@ -51,28 +51,41 @@ class _Capture(threading.Thread):
 
 
 def _kill_group(proc: subprocess.Popen) -> None:
-    for sig in (signal.SIGTERM, signal.SIGKILL):
-        try:
-            os.killpg(proc.pid, sig)
-        except ProcessLookupError:
-            return
-        try:
-            proc.wait(GRACE_S)
-            return
-        except subprocess.TimeoutExpired:
-            continue
+    """SIGTERM, a grace period for the leader, then SIGKILL for whatever is left in the group.
+
+    The final SIGKILL is not optional: when bwrap's monitor dies of the SIGTERM, helpers it started
+    (the relay's socat) can still be alive in the group.
+    """
+    try:
+        os.killpg(proc.pid, signal.SIGTERM)
+    except ProcessLookupError:
+        return
+    try:
+        proc.wait(GRACE_S)
+    except subprocess.TimeoutExpired:
+        pass
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    proc.wait()
 
 
 def run(argv: list[str], *, stdin: bytes = b"", timeout_s: float, max_stdout: int = 8 << 20,
         stderr_tail: int = 64 << 10, env: dict[str, str] | None = None, cwd: str | None = None,
-        cancel: threading.Event | None = None) -> Finished:
+        cancel: threading.Event | None = None, pass_fds: tuple[int, ...] = ()) -> Finished:
+    """Run `argv` to completion, timeout or cancellation. The fds in `pass_fds` are handed to the child
+    and closed here once it has started."""
     start = time.monotonic()
     try:
         proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                 env=env if env is not None else {"PATH": os.environ.get("PATH", "/usr/bin:/bin")},
-                                cwd=cwd, start_new_session=True)
+                                cwd=cwd, start_new_session=True, pass_fds=pass_fds)
     except OSError as e:
         return Finished("spawn-failure", None, b"", False, str(e).encode(), 0.0)
+    finally:
+        for fd in pass_fds:
+            os.close(fd)
     out = _Capture(proc.stdout, head=max_stdout)
     err = _Capture(proc.stderr, tail=stderr_tail)
     out.start()

@@ -1,0 +1,145 @@
+"""Bench cell figures: workspace time vs history size, containment overhead per cell, throughput.
+
+Prints, last:
+  workspace_s=<demo target>,<10,000-commit git target>   per-cell workspace phase (median of 5)
+  cell_overhead_ratio=<x>       cell wall / sum of its bare phases (bare CLI sessions + bare verify + bare oracle)
+  cells_per_minute=<w1>,<w2>    the demo incumbent side (1 run per arm) with 1 and 2 local workers
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import statistics
+import subprocess
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+from benchmarks import bare
+from skillevo import params as params_mod
+from skillevo import sandbox, tasks, workspace
+from skillevo.agent import cli
+from skillevo.bench.cell import CellSpec, run_cell
+from skillevo.bench.executor import LocalExecutor
+from skillevo.bench.side import build_cells, plan
+from skillevo.simulator import Simulator, load_all
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def generate_history(repo: Path, commits: int = 10_000, blob_bytes: int = 3000) -> None:
+    """A git repository with `commits` commits of incompressible data (~30 MB of history), via fast-import."""
+    repo.mkdir(parents=True)
+    subprocess.run(["git", "init", "-q", "-b", "main", str(repo)], check=True)
+    rng = random.Random(0)
+    proc = subprocess.Popen(["git", "-C", str(repo), "fast-import", "--quiet"], stdin=subprocess.PIPE)
+    for i in range(commits):
+        data = rng.randbytes(blob_bytes)  # incompressible: ~30 MB of packed history
+        msg = f"commit {i}".encode()
+        # consecutive commits on one branch chain by themselves: each one's parent is the branch tip
+        proc.stdin.write(b"commit refs/heads/main\ncommitter bench <b@b> %d +0000\ndata %d\n%s\n"
+                         b"M 644 inline data/file%03d.txt\ndata %d\n%s\n"
+                         % (946684800 + i, len(msg), msg, i % 200, len(data), data))
+    proc.stdin.close()
+    if proc.wait() != 0:
+        raise RuntimeError("git fast-import failed")
+    subprocess.run(["git", "-C", str(repo), "checkout", "-q", "main"], check=True)
+
+
+def _task_for(target: Path, root: Path) -> tasks.Task:
+    (root / "oracles").mkdir(parents=True, exist_ok=True)
+    (root / "oracles/o.py").write_text("pass\n")
+    (root / "tasks.yaml").write_text(
+        "schema_version: 1\ntasks:\n  - {id: big, class: trivial, target: %s, prompt: p, verify: 'true',\n"
+        "     oracle: {command: 'true', files: [{source: o.py, target: o.py}]}}\n" % target)
+    return tasks.load(root / "tasks.yaml")[0]
+
+
+def workspace_seconds(task: tasks.Task, skills: Path, scratch: Path, repeats: int = 5) -> tuple[float, float]:
+    """(one-time template build, median per-cell workspace phase)."""
+    start = time.monotonic()
+    workspace.export_tree(task, scratch / "tree")
+    workspace.build_template(scratch / "tree", skills, None, scratch / "template")
+    template_s = time.monotonic() - start
+    walls = []
+    for i in range(repeats):
+        start = time.monotonic()
+        workspace.materialize(scratch / "template", scratch / f"ws{i}")
+        walls.append(time.monotonic() - start)
+    return template_s, statistics.median(walls)
+
+
+def bare_cell(cell: CellSpec, binary: Path, scratch: Path) -> float:
+    ws = scratch / f"bare-{cell.name}"
+    workspace.materialize(cell.template, ws)
+    total = sum(bare.session(binary, cell.model.endpoint, cell.model.name, s.prompt.format(prompt=cell.task.prompt),
+                             ws, scratch / f"home-{cell.name}-{i}") for i, s in enumerate(cell.arm.sessions))
+    total += bare.command(cell.task.verify, ws)
+    oracle = scratch / f"oracle-{cell.name}"
+    for target, data in cell.task.oracle_files:
+        (oracle / target).parent.mkdir(parents=True, exist_ok=True)
+        (oracle / target).write_bytes(data)
+    return total + bare.command(cell.task.oracle_command, ws, {"SKILLEVO_ORACLE_DIR": str(oracle)})
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--tasks", type=Path, default=ROOT / "tasks/tasks.yaml")
+    parser.add_argument("--params", type=Path, default=ROOT / "params.yaml")
+    parser.add_argument("--executor", choices=["local", "ray"], default=os.environ.get("EXECUTOR", "local"))
+    args = parser.parse_args()
+    sandbox.preflight()
+    binary = cli.locate()
+    params = params_mod.load(args.params)
+    params["bench"] = {**params_mod.section(params, "bench"), "runs": 1}
+    skills = ROOT / params_mod.section(params, "skills").get("dir", "skills")
+    side = plan("incumbent", args.tasks, skills, None, params)
+    with tempfile.TemporaryDirectory(prefix="skillevo-bench-cells-") as tmp, \
+            Simulator(load_all(sorted((args.tasks.parent / "playbooks").glob("*.yaml")))) as sim:
+        scratch = Path(tmp)
+        small = workspace_seconds(side.tasks[0], skills, scratch / "small")
+        print(f"workspace, demo target {side.tasks[0].id}: template {small[0]:.3f}s once, {small[1]:.3f}s per cell")
+        start = time.monotonic()
+        generate_history(scratch / "big-repo")
+        print(f"generated 10,000-commit target in {time.monotonic() - start:.1f}s "
+              f"({sum(f.stat().st_size for f in (scratch / 'big-repo/.git').rglob('*') if f.is_file()) / 1e6:.1f} MB of .git)")
+        large = workspace_seconds(_task_for(scratch / "big-repo", scratch / "big-tasks"), skills, scratch / "large")
+        print(f"workspace, 10,000-commit target: template {large[0]:.3f}s once, {large[1]:.3f}s per cell")
+
+        mdl, _ = params_mod.model(params, sim.url())
+        cells = build_cells(side, skills, None, params["bench"], mdl, scratch)
+        bare.session(binary, sim.url(), mdl.name, "warm up", scratch, scratch / "warm-home")
+        cell_walls, bare_walls = [], []
+        for cell in cells:
+            result = run_cell(cell)
+            assert result is not None and result.row["error_kind"] in (None, "oracle-failed", "verify-failed"), result.row
+            cell_walls.append(result.row["wall_s"])
+            bare_walls.append(bare_cell(cell, binary, scratch))
+            print(f"{cell.name}: cell {cell_walls[-1]:.2f}s, bare phases {bare_walls[-1]:.2f}s", flush=True)
+        ratio = sum(cell_walls) / sum(bare_walls)
+
+        rates = []
+        for workers in (1, 2):
+            done = []
+            start = time.monotonic()
+            LocalExecutor(workers).run(cells, lambda c, r: done.append(r), threading.Event())
+            wall = time.monotonic() - start
+            rates.append(len(done) / wall * 60)
+            print(f"local executor, {workers} worker(s): {len(done)} cells in {wall:.1f}s")
+        if args.executor == "ray":
+            from skillevo.bench.ray_executor import RayExecutor  # noqa: PLC0415 - optional engine
+            done = []
+            start = time.monotonic()
+            RayExecutor.from_params(params).run(cells, lambda c, r: done.append(r), threading.Event())
+            ray_rate = len(done) / (time.monotonic() - start) * 60
+            print(f"ray_cells_per_minute={ray_rate:.1f}")
+    print(f"workspace_s={small[1]:.3f},{large[1]:.3f}")
+    print(f"cell_overhead_ratio={ratio:.2f}")
+    print(f"cells_per_minute={rates[0]:.1f},{rates[1]:.1f}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,103 @@
+"""Bench cells end to end on a minimal task set: oracles catch cheats, kills keep only whole rows."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from skillevo import params as params_mod
+from skillevo.bench.cell import run_cell
+from skillevo.bench.side import build_cells, plan, run_side
+from skillevo.digests import sha256_bytes
+from skillevo.schemas import validate
+from skillevo.simulator import EscapeTargets, Simulator, load_all
+from tests.bench_fixtures import CANARY, ROOT, make_mini, params, write_params
+from tests.conftest import session_processes
+
+pytestmark = [pytest.mark.cli, pytest.mark.bwrap]
+
+
+def _rows(out: Path) -> list[dict]:
+    return [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
+
+
+def test_cheating_agent_passes_verify_but_not_the_oracle(tmp_path):
+    tasks_file = make_mini(tmp_path)
+    p = params(runs=1)
+    side = plan("incumbent", tasks_file, ROOT / "skills", None, p)
+    rows = run_side(side, tasks_file, ROOT / "skills", None, p, tmp_path / "out", quiet=True)
+    by = {(r["task"], r["arm"]): r for r in rows}
+    assert len(rows) == 4
+    for arm in ("direct", "workflow"):
+        assert by[("greet", arm)]["resolved"] is True
+        cheat = by[("cheat", arm)]
+        assert cheat["verify_passed"] is True and cheat["oracle_passed"] is False
+        assert cheat["error_kind"] == "oracle-failed" and cheat["resolved"] is False
+    for row in rows:
+        validate(row, "result-row.schema.json", "row")
+        for art in row["transcripts"] + [row["patch"]] * bool(row["patch"]):
+            data = (tmp_path / "out" / art["path"]).read_bytes()
+            assert sha256_bytes(data) == art["sha256"] and CANARY.encode() not in data
+    assert by[("greet", "direct")]["diff_files"] == 2  # pkg/greet.py and the new test, not .claude or docs/plan.md
+    assert "docs/plan.md" not in (tmp_path / "out" / by[("greet", "workflow")]["patch"]["path"]).read_text()
+    bench = json.loads((tmp_path / "out/bench.json").read_text())
+    validate(bench, "bench-run.schema.json", "bench.json")
+    assert bench["rows"] == bench["cells"] == 4
+    assert not session_processes()
+
+
+def test_oracle_is_never_in_the_workspace_during_the_session(tmp_path):
+    tasks_file = make_mini(tmp_path)
+    p = params(runs=1)
+    side = plan("incumbent", tasks_file, ROOT / "skills", None, p)
+    side.tasks = side.tasks[:1]
+    side.arms = [a for a in side.arms if a.name == "direct"]
+    targets = EscapeTargets(outside_dir=str(tmp_path), planted_file=str(tmp_path / "none"), home_dir=str(Path.home()),
+                            oracle_dir=str(tasks_file.parent / "oracles"), loopback_port=9, marker="bench-escape-marker")
+    with Simulator(load_all([tasks_file.parent / "playbooks/mini.yaml"]), escape=targets) as sim:
+        model, _ = params_mod.model(p, sim.url("escape"))
+        scratch = tmp_path / "scratch"
+        scratch.mkdir()
+        [cell] = build_cells(side, ROOT / "skills", None, p["bench"], model, scratch)
+        result = run_cell(cell)
+    transcript = b"".join(v for k, v in result.artifacts.items() if k.startswith("transcripts/")).decode()
+    assert "oracle-search-done" in transcript
+    assert CANARY not in transcript and "test_greet_oracle" not in transcript
+    assert result.row["oracle_passed"] is False  # the escape agent did no work; the oracle ran after it and failed
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL])
+def test_killed_bench_leaves_only_complete_valid_rows(tmp_path, sig):
+    tasks_file = make_mini(tmp_path)
+    params_file = write_params(tmp_path / "params.yaml", runs=4, workers=2)
+    out = tmp_path / "out"
+    proc = subprocess.Popen([sys.executable, "-m", "stages.bench", "--side", "incumbent", "--tasks", str(tasks_file),
+                             "--skills", str(ROOT / "skills"), "--params", str(params_file), "--out", str(out)],
+                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and not (out / "results.jsonl").is_file() or not (out / "results.jsonl").read_bytes():
+        assert proc.poll() is None, proc.stderr.read()
+        time.sleep(0.1)
+    time.sleep(0.5)
+    proc.send_signal(sig)
+    proc.wait(60)
+    if sig == signal.SIGTERM:
+        assert proc.returncode == 130, proc.stderr.read()
+        assert b"interrupted" in proc.stderr.read()
+    time.sleep(1)
+    rows = _rows(out)
+    assert 1 <= len(rows) < 16
+    for row in rows:
+        validate(row, "result-row.schema.json", "row")
+        for art in row["transcripts"]:
+            assert sha256_bytes((out / art["path"]).read_bytes()) == art["sha256"]
+    assert not (out / "bench.json").exists()  # an incomplete side never looks complete
+    assert not session_processes()
