@@ -1,0 +1,121 @@
+"""Task files: each unsafe or inconsistent definition is refused naming the task, the field and the rule."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+
+import pytest
+import yaml
+
+from skillevo import arms, tasks, workspace
+from skillevo.schemas import InvalidDocument
+from tests.bench_fixtures import ROOT, make_mini
+
+
+def _rewrite(tasks_file, mutate):
+    doc = yaml.safe_load(tasks_file.read_text())
+    mutate(doc)
+    tasks_file.write_text(yaml.safe_dump(doc))
+    return tasks_file
+
+
+@pytest.mark.parametrize("mutate, message", [
+    (lambda d: d["tasks"].append(dict(d["tasks"][0])), r"task 'greet': id: duplicate task id"),
+    (lambda d: d["tasks"][0]["oracle"]["files"][0].update(source="../tasks.yaml"), r"\.oracle\.files\[0\]\.source"),
+    (lambda d: d["tasks"][0]["oracle"]["files"][0].update(source="/etc/passwd"), r"\.oracle\.files\[0\]\.source"),
+    (lambda d: d["tasks"][0]["oracle"]["files"][0].update(source="missing.py"), r"task 'greet': oracle.files\[\].source: missing.py is missing"),
+    (lambda d: d["tasks"][0].update(colour="red"), r"\$\.tasks\[0\]: Additional properties .*colour"),
+    (lambda d: d["tasks"][0].update(ref="main"), r"task 'greet': ref: ref applies to git targets only"),
+    (lambda d: d["tasks"][0].update(target="targets/nope"), r"task 'greet': target: targets/nope must be an existing directory"),
+    (lambda d: d["tasks"][0]["oracle"]["files"].append(dict(d["tasks"][0]["oracle"]["files"][0])), r"oracle.files\[\].source: must be unique"),
+    (lambda d: d["tasks"][0].pop("verify"), r"'verify' is a required property"),
+])
+def test_bad_task_files_are_refused(tmp_path, mutate, message):
+    tasks_file = _rewrite(make_mini(tmp_path), mutate)
+    with pytest.raises(InvalidDocument, match=message):
+        tasks.load(tasks_file)
+
+
+def test_oracle_symlink_is_refused(tmp_path):
+    tasks_file = make_mini(tmp_path)
+    oracles = tasks_file.parent / "oracles"
+    os.rename(oracles / "test_greet_oracle.py", oracles / "real.py")
+    os.symlink("real.py", oracles / "test_greet_oracle.py")
+    with pytest.raises(InvalidDocument, match=r"task 'greet': oracle.files\[\].source: refused: .* is a symlink"):
+        tasks.load(tasks_file)
+
+
+def test_target_with_its_own_skills_is_refused(tmp_path):
+    tasks_file = make_mini(tmp_path)
+    (tasks_file.parent / "targets/greet/.claude").mkdir()
+    with pytest.raises(InvalidDocument, match=r"target: the target contains .claude/"):
+        tasks.load(tasks_file)
+
+
+def test_bindings_pin_exact_bytes(tmp_path):
+    tasks_file = make_mini(tmp_path)
+    before = {t.id: t.binding for t in tasks.load(tasks_file)}
+    assert before["greet"]["target"]["kind"] == "dir"
+    assert [f["target"] for f in before["greet"]["oracle_files"]] == ["test_greet_oracle.py"]
+    (tasks_file.parent / "targets/greet/pkg/greet.py").write_text('def greet():\n    return "hey"\n')
+    after = {t.id: t.binding for t in tasks.load(tasks_file)}
+    assert after["greet"]["target"]["tree"] != before["greet"]["target"]["tree"]
+    assert after["greet"]["prompt_sha256"] == before["greet"]["prompt_sha256"]
+    (tasks_file.parent / "targets/greet/pkg/__pycache__").mkdir()  # tool caches do not move the pin
+    (tasks_file.parent / "targets/greet/pkg/__pycache__/x.pyc").write_bytes(b"\0")
+    assert {t.id: t.binding for t in tasks.load(tasks_file)} == after
+
+
+def test_git_target_is_pinned_to_a_commit_and_exported_without_history(tmp_path):
+    tasks_file = make_mini(tmp_path)
+    repo = tasks_file.parent / "targets/greet"
+    env = {**os.environ, "GIT_AUTHOR_NAME": "a", "GIT_AUTHOR_EMAIL": "a@a", "GIT_COMMITTER_NAME": "a", "GIT_COMMITTER_EMAIL": "a@a"}
+    for cmd in (["init", "-q"], ["add", "-A"], ["commit", "-qm", "one"]):
+        subprocess.run(["git", *cmd], cwd=repo, env=env, check=True)
+    (repo / "later.txt").write_text("not committed\n")
+    _rewrite(tasks_file, lambda d: d["tasks"][0].update(ref="HEAD"))
+    task = tasks.load(tasks_file)[0]
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=repo, capture_output=True, text=True).stdout.strip()
+    assert task.binding["target"] == {"kind": "git", "path": "targets/greet", "tree": head}
+    workspace.export_tree(task, tmp_path / "tree")
+    assert not (tmp_path / "tree/later.txt").exists() and (tmp_path / "tree/pkg/greet.py").is_file()
+    base = workspace.build_template(tmp_path / "tree", ROOT / "skills", None, tmp_path / "tpl")
+    log = workspace.git(tmp_path / "tpl", "log", "--format=%H %P")
+    assert log == base  # one commit, with no parent (git() strips the trailing space of an empty %P)
+    assert workspace.git(tmp_path / "tpl", "for-each-ref", "--format=%(refname)") == "refs/heads/main"
+    files = workspace.git(tmp_path / "tpl", "ls-files").splitlines()
+    assert ".claude/skills/work/SKILL.md" in files and not any("oracle" in f for f in files)
+
+
+def test_candidate_template_commits_the_overlay_on_top_and_refuses_identical(tmp_path):
+    tree = tmp_path / "tree"
+    (tree / "pkg").mkdir(parents=True)
+    (tree / "pkg/a.py").write_text("x = 1\n")
+    overlay = tmp_path / "overlay/work"
+    overlay.mkdir(parents=True)
+    (overlay / "SKILL.md").write_text("---\nname: work\ndescription: d\n---\nshorter\n")
+    base = workspace.build_template(tree, ROOT / "skills", tmp_path / "overlay", tmp_path / "tpl")
+    assert workspace.git(tmp_path / "tpl", "rev-list", "--count", base) == "2"
+    assert (tmp_path / "tpl/.claude/skills/work/SKILL.md").read_text().endswith("shorter\n")
+    (overlay / "SKILL.md").write_bytes((ROOT / "skills/work/SKILL.md").read_bytes())
+    with pytest.raises(workspace.WorkspaceError, match="byte-identical"):
+        workspace.build_template(tree, ROOT / "skills", tmp_path / "overlay", tmp_path / "tpl2")
+
+
+def test_expensive_tasks_are_skipped_and_listed(tmp_path):
+    tasks_file = _rewrite(make_mini(tmp_path), lambda d: d["tasks"][1].update(expensive=True))
+    chosen, skipped = tasks.select(tasks.load(tasks_file), include_expensive=False)
+    assert [t.id for t in chosen] == ["greet"] and skipped[0]["id"] == "cheat"
+    assert [t.id for t in tasks.select(tasks.load(tasks_file), include_expensive=True)[0]] == ["greet", "cheat"]
+
+
+def test_required_candidate_arms_are_the_arms_using_a_touched_skill():
+    incumbents = arms.parse(yaml.safe_load((ROOT / "params.yaml").read_text())["arms"], {"plan", "work"})
+    assert [a.name for a in arms.required_candidate_arms({"plan"}, incumbents)] == ["candidate_workflow"]
+    required = arms.required_candidate_arms({"work"}, incumbents)
+    assert [(a.name, a.incumbent) for a in required] == [("candidate_direct", "direct"), ("candidate_workflow", "workflow")]
+    with pytest.raises(arms.ArmError, match=r"arms.x.sessions\[0\].skill: 'nope'"):
+        arms.parse({"x": {"sessions": [{"skill": "nope", "prompt": "{prompt}"}]}}, {"plan"})
+
+
