@@ -1,0 +1,123 @@
+"""Freeze: hostile overlays are refused naming the file and the rule; a good one is bound by digest."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+
+from skillevo import overlay
+from skillevo.schemas import validate
+from stages import freeze as freeze_stage
+from tests.bench_fixtures import ROOT
+
+WASTEFUL = "Read every module of the package end to end"
+NECESSARY = "Handle empty and boundary inputs explicitly"
+
+
+@pytest.fixture
+def repo(tmp_path) -> Path:
+    """A git repository shaped like the project: skills/, a mirror, params.yaml, tasks/ with oracles."""
+    repo = tmp_path / "repo"
+    for rel in ("skills", ".claude/skills", "tasks"):
+        shutil.copytree(ROOT / rel, repo / rel)
+    shutil.copy(ROOT / "params.yaml", repo / "params.yaml")
+    env = {**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t"}
+    for cmd in (["init", "-q"], ["add", "-A"], ["commit", "-qm", "base"]):
+        subprocess.run(["git", *cmd], cwd=repo, env=env, check=True)
+    return repo
+
+
+def _overlay(root: Path, text: str | None = None, rel: str = "work/SKILL.md") -> Path:
+    ov = root / "overlay"
+    (ov / rel).parent.mkdir(parents=True, exist_ok=True)
+    if text is None:
+        text = "".join(l for l in (ROOT / "skills/work/SKILL.md").read_text().splitlines(True) if WASTEFUL not in l)
+    (ov / rel).write_text(text)
+    return ov
+
+
+def _freeze(repo: Path, ov: Path) -> dict:
+    args = argparse.Namespace(overlay=ov, session=None, hand_written=True, tasks=repo / "tasks/tasks.yaml",
+                              params=repo / "params.yaml", repo=repo, out=repo / "results/freeze")
+    return freeze_stage.freeze(args)
+
+
+def test_good_overlay_is_frozen_read_only_and_bound(repo, tmp_path):
+    manifest = _freeze(repo, _overlay(tmp_path))
+    validate(manifest, "freeze-manifest.schema.json", "manifest")
+    frozen = repo / "results/freeze/overlay/work/SKILL.md"
+    assert frozen.stat().st_mode & 0o777 == 0o444 and frozen.parent.stat().st_mode & 0o777 == 0o555
+    assert manifest["required_candidate_arms"] == ["candidate_direct", "candidate_workflow"]
+    assert sorted(manifest["destinations"]) == [".claude/skills/work/SKILL.md", "skills/work/SKILL.md"]
+    assert manifest["changed_lines"] == 1 and manifest["candidate_origin"] == "hand-written"
+    assert manifest["overlay_digest"] == overlay.digest({"work/SKILL.md": frozen.read_bytes()})
+    again = _freeze(repo, _overlay(tmp_path))  # same inputs, same digest; the old frozen copy is replaced
+    assert again == manifest
+    assert json.loads((repo / "results/freeze/manifest.json").read_text()) == manifest
+
+
+def _symlink_file(root: Path) -> Path:
+    ov = _overlay(root)
+    os.symlink(ROOT / "skills/work/SKILL.md", ov / "work/OTHER.md")
+    return ov
+
+
+def _dotdot_through_dir_symlink(root: Path) -> Path:
+    ov = root / "overlay"
+    ov.mkdir()
+    (root / "elsewhere/work").mkdir(parents=True)
+    (root / "elsewhere/work/SKILL.md").write_text("x\n")
+    os.symlink(root / "elsewhere/work", ov / "work")
+    return ov
+
+
+def _too_many(root: Path) -> Path:
+    ov = _overlay(root)
+    for i in range(20):
+        (ov / f"work/extra{i}.md").write_text("x\n")
+    return ov
+
+
+@pytest.mark.parametrize("make, message", [
+    (_symlink_file, r"work/OTHER.md: is a symlink \(rule: no symlinks\)"),
+    (_dotdot_through_dir_symlink, r"overlay file work: is a symlink"),
+    (lambda r: _overlay(r, "x\n", rel="review/SKILL.md"), r"review/SKILL.md: skill 'review' is not evolvable"),
+    (lambda r: _overlay(r, "x = 1\n", rel="work/helper.py"), r"work/helper.py: only <skill>/<path>.md files"),
+    (_too_many, r"more than 16 files \(rule: file count\)"),
+    (lambda r: _overlay(r, "x" * (70 << 10)), r"work/SKILL.md: is \d+ bytes, over 65536 \(rule: file size\)"),
+    (lambda r: (r / "overlay").mkdir() or (r / "overlay"), r"the overlay is empty"),
+    (lambda r: _overlay(r, (ROOT / "skills/work/SKILL.md").read_text()), r"byte-identical to the incumbent"),
+    (lambda r: _overlay(r, "---\nname: work\n---\n" + "".join(f"line {i}\n" for i in range(60))), r"over the edit budget of 40"),
+    (lambda r: _overlay(r, (ROOT / "skills/work/SKILL.md").read_text() + "# skillevo-oracle-canary: 1234\n"), r"carries hidden-oracle content"),
+    (lambda r: _overlay(r, "x\n", rel="work/NEW.md"), r"work/NEW.md: has no incumbent"),
+])
+def test_hostile_overlays_are_refused(repo, tmp_path, make, message):
+    with pytest.raises(overlay.OverlayRefused, match=message):
+        _freeze(repo, make(tmp_path))
+    assert not (repo / "results/freeze/manifest.json").exists()
+
+
+def test_oracle_line_copied_into_an_overlay_is_refused(repo, tmp_path):
+    oracle = next((repo / "tasks/oracles").rglob("*.py")).read_text().splitlines()
+    line = next(l for l in oracle if len(l.strip()) > 20 and "canary" not in l)
+    with pytest.raises(overlay.OverlayRefused, match="hidden-oracle content"):
+        _freeze(repo, _overlay(tmp_path, (ROOT / "skills/work/SKILL.md").read_text() + line + "\n"))
+
+
+def test_destination_drift_or_missing_mirror_is_refused(repo, tmp_path):
+    (repo / ".claude/skills/work/SKILL.md").write_text("edited but not committed\n")
+    with pytest.raises(overlay.OverlayRefused, match=r"\.claude/skills/work/SKILL.md: differs from its committed bytes"):
+        _freeze(repo, _overlay(tmp_path))
+    subprocess.run(["git", "checkout", "-q", "--", "."], cwd=repo, check=True)
+    params = yaml.safe_load((repo / "params.yaml").read_text())
+    params["skills"]["mirrors"].append("plugin/skills")
+    (repo / "params.yaml").write_text(yaml.safe_dump(params))
+    with pytest.raises(overlay.OverlayRefused, match=r"plugin/skills/work/SKILL.md: has no committed base"):
+        _freeze(repo, _overlay(tmp_path))
