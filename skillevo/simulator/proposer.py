@@ -1,0 +1,185 @@
+"""The simulator playing the proposer: read the evidence, attribute cost to skill instructions, and
+remove the costliest instruction that is not marked necessary — through real tool calls.
+
+Its knowledge of which tool calls an instruction causes comes from its own playbook (it is the agent
+that made them). A real model has to infer the same from the transcripts; the prompt asks it to.
+"""
+
+from __future__ import annotations
+
+import json
+import posixpath
+import shlex
+from typing import Any
+
+from skillevo.simulator.agent import Reply
+from skillevo.simulator.conversation import Conversation
+from skillevo.simulator.playbook import Playbook
+
+MARKER = "SKILLEVO-ANALYSIS "
+REMOVED = "Instruction removed: "
+
+# Runs inside the proposer's sandbox: sums, per instruction, the tokens of the turns whose tool call
+# matches one of that instruction's steps, and prints one small JSON line.
+_ANALYSIS = r'''
+import json, os, sys
+sigs = json.loads(sys.argv[1])
+ev = "/evidence"
+def load(p, default):
+    try:
+        with open(os.path.join(ev, p)) as f:
+            return json.load(f) if p.endswith(".json") else f.read()
+    except (OSError, ValueError):
+        return default
+rows = load("rows.json", [])
+rows = rows.get("rows", []) if isinstance(rows, dict) else rows
+def files_of(obj):
+    if isinstance(obj, str):
+        return [obj] if obj.endswith(".jsonl") else []
+    if isinstance(obj, dict):
+        return [f for v in obj.values() for f in files_of(v)]
+    if isinstance(obj, list):
+        return [f for v in obj for f in files_of(v)]
+    return []
+costs, cited = {}, {}
+for row in rows:
+    rid = "%s/%s/run%s" % (row.get("task"), row.get("arm"), row.get("run"))
+    for name in files_of(row):
+        try:
+            lines = open(os.path.join(ev, name)).read().splitlines()
+        except OSError:
+            continue
+        for line in lines:
+            try:
+                e = json.loads(line)
+            except ValueError:
+                continue
+            m = e.get("message") if e.get("type") == "assistant" else None
+            if not isinstance(m, dict):
+                continue
+            u = m.get("usage") or {}
+            tokens = (u.get("input_tokens") or 0) + (u.get("output_tokens") or 0)
+            for b in m.get("content") or []:
+                if not isinstance(b, dict) or b.get("type") != "tool_use":
+                    continue
+                i = b.get("input") or {}
+                key = [b.get("name"), i.get("command") or i.get("file_path") or ""]
+                for ins, keys in sigs.items():
+                    if key in keys:
+                        costs[ins] = costs.get(ins, 0) + tokens
+                        cited.setdefault(ins, [])
+                        if rid not in cited[ins]:
+                            cited[ins].append(rid)
+skills = {}
+for name in sorted(os.listdir("/work/skills")):
+    try:
+        skills[name] = open("/work/skills/%s/SKILL.md" % name).read()
+    except OSError:
+        pass
+print("SKILLEVO-ANALYSIS " + json.dumps({"rows": len(rows), "costs": costs, "cited": cited, "skills": skills,
+                                         "prior": load("prior-proposal.md", "")}))
+'''
+
+
+def _signatures(book: Playbook, cwd: str) -> dict[str, list[list[str]]]:
+    sigs: dict[str, list[list[str]]] = {}
+    for task in book.tasks:
+        for steps in task.sessions.values():
+            for step in steps:
+                if step.when is None:
+                    continue
+                if step.kind == "bash":
+                    key = ["Bash", step.arg]
+                elif step.kind == "read":
+                    key = ["Read", posixpath.join(cwd, step.arg)]
+                elif step.kind in ("edit", "write"):
+                    key = [step.kind.capitalize(), posixpath.join(cwd, step.arg["path"])]
+                else:
+                    continue
+                sigs.setdefault(step.when, []).append(key)
+    return sigs
+
+
+def _analysis(conv: Conversation) -> dict[str, Any] | None:
+    for result in conv.results:
+        idx = result.text.find(MARKER)
+        if idx >= 0:
+            return json.loads(result.text[idx + len(MARKER):].splitlines()[0])
+    return None
+
+
+def _choose(book: Playbook, analysis: dict[str, Any], evolvable: set[str]) -> tuple[str, str, str, list[str], int]:
+    """(skill, exact line to remove, what it is, cited run ids, attributed tokens)."""
+    prior = analysis.get("prior", "")
+    rejected = {line[len(REMOVED):].strip() for line in prior.splitlines() if line.startswith(REMOVED)}
+    skills = {k: v for k, v in analysis["skills"].items() if k in evolvable}
+    ranked = sorted(((tokens, ins) for ins, tokens in analysis["costs"].items()
+                     if ins in book.instructions and not book.instructions[ins].necessary), reverse=True)
+    for tokens, ins in ranked:
+        phrase = book.instructions[ins].phrase.lower()
+        for skill, text in sorted(skills.items()):
+            for line in text.splitlines():
+                if phrase in line.lower() and line.strip() not in rejected:
+                    return skill, line, f"the instruction `{ins}`", analysis["cited"].get(ins, []), tokens
+    phrases = [i.phrase.lower() for i in book.instructions.values()]
+    for skill, text in sorted(skills.items()):
+        for line in reversed(text.splitlines()):
+            if line.startswith("- ") and not any(p in line.lower() for p in phrases) and line.strip() not in rejected:
+                return skill, line, "a line that steers no measured behaviour", [], 0
+    raise LookupError("no line left that the simulated proposer may remove")
+
+
+def _proposal(skill: str, line: str, what: str, cited: list[str], tokens: int, rows: int) -> str:
+    runs = ", ".join(cited[:12]) or "none of the selected runs"
+    return (
+        f"# Proposal: drop one line from the `{skill}` skill\n\n"
+        f"{REMOVED}{line.strip()}\n\n"
+        "## Pattern\n\n"
+        f"In {rows} evidence run(s), {what} made the agent take extra tool calls that no check needed; "
+        f"those turns cost about {tokens:,} tokens in all. Runs: {runs}.\n\n"
+        "## Change\n\n"
+        f"Remove this line from `skills/{skill}/SKILL.md` (one line, nothing else changes):\n\n> {line.strip()}\n\n"
+        "## Expected metric movement\n\n"
+        "cost_usd (and input tokens) should fall on every task where the step ran, because each skipped "
+        "tool call also removes its output from every later turn's context; resolution should not change.\n\n"
+        "## Risks\n\n"
+        "If the removed step guarded against a failure the evidence did not show, the hidden oracles will "
+        "catch it and the gate will keep the incumbent.\n\n"
+        "_Written by the skillevo simulator playing the proposer (offline, deterministic)._\n"
+    )
+
+
+class SimulatedProposer:
+    """A responder for the simulator's `proposer` mode (see Simulator(responders=...))."""
+
+    def __init__(self, book: Playbook, evolvable: set[str], out_dir: str = "/work/out") -> None:
+        self.book, self.evolvable, self.out = book, evolvable, out_dir
+
+    def __call__(self, conv: Conversation, body: dict[str, Any]) -> Reply:
+        if conv.turns == 0:
+            sigs = json.dumps(_signatures(self.book, "/work"))
+            return Reply(tool=("Bash", {"command": f"python3 -c {shlex.quote(_ANALYSIS)} {shlex.quote(sigs)}",
+                                        "description": "summarise the evidence"}))
+        analysis = _analysis(conv)
+        if analysis is None:
+            return Reply(text="The evidence could not be read; no proposal.")
+        try:
+            skill, line, what, cited, tokens = _choose(self.book, analysis, self.evolvable)
+        except LookupError as e:
+            return Reply(text=f"No proposal: {e}.")
+        target = f"{self.out}/overlay/{skill}/SKILL.md"
+        script = [
+            ("Bash", {"command": f"mkdir -p {self.out}/overlay/{skill} && cp /work/skills/{skill}/SKILL.md {target}",
+                      "description": "start from a byte copy of the incumbent"}),
+            ("Read", {"file_path": target}),
+            ("Edit", {"file_path": target, "old_string": line + "\n", "new_string": ""}),
+            ("Write", {"file_path": f"{self.out}/proposal.md",
+                       "content": _proposal(skill, line, what, cited, tokens, analysis["rows"])}),
+        ]
+        step = conv.turns - 1
+        if step < len(script):
+            return Reply(tool=script[step])
+        return Reply(text=f"Proposed: remove one line from the {skill} skill ({what}).")
+
+
+__all__ = ["SimulatedProposer", "REMOVED"]
