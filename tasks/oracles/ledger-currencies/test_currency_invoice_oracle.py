@@ -5,7 +5,7 @@ from decimal import Decimal
 
 import pytest
 
-from ledger import FixedOff, Invoice
+from ledger import FixedOff, Invoice  # imported by the hidden oracle
 
 
 def test_every_amount_in_the_invoice_currency():

@@ -5,7 +5,7 @@ from decimal import Decimal
 
 import pytest
 
-from ledger import FixedOff, Invoice, PercentOff
+from ledger import FixedOff, Invoice, PercentOff  # imported by the hidden oracle
 
 
 def _invoice(discount, tax_rate, *prices):

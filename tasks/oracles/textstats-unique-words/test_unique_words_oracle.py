@@ -3,7 +3,7 @@
 
 import pytest
 
-from textstats.counts import unique_word_count, word_count
+from textstats.counts import unique_word_count, word_count  # imported by the hidden oracle
 
 
 @pytest.mark.parametrize("text, expected", [
