@@ -1,0 +1,42 @@
+"""Pipeline walls: `make demo` on a fresh clone, then a no-op `dvc repro` in it.
+
+Prints `demo_s=<seconds>` (target <= 180 on 2 cores) and, last, `noop_repro_s=<median of 5>` (target
+<= 1.5). The clone reuses this checkout's venv and CLI (VENV/TOOLS), so setup time is not counted.
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def main() -> None:
+    env = {**os.environ, "DVC_NO_ANALYTICS": "1"}
+    with tempfile.TemporaryDirectory(prefix="skillevo-walls-") as tmp:
+        clone = Path(tmp) / "clone"
+        subprocess.run(["git", "clone", "-q", str(ROOT), str(clone)], check=True)
+        make = ["make", "-C", str(clone), f"VENV={ROOT / '.venv'}", f"TOOLS={ROOT / '.tools'}"]
+        start = time.monotonic()
+        subprocess.run(make + ["demo"], check=True, env=env)
+        demo = time.monotonic() - start
+        dvc = [str(ROOT / ".venv/bin/dvc"), "repro"]
+        walls = []
+        for _ in range(5):
+            start = time.monotonic()
+            out = subprocess.run(dvc, cwd=clone, check=True, env=env, capture_output=True, text=True)
+            walls.append(time.monotonic() - start)
+            assert "Data and pipelines are up to date" in out.stdout, out.stdout
+    print(f"make demo on a fresh clone: {demo:.1f}s ({os.cpu_count()} cores)")
+    print(f"no-op dvc repro: {', '.join(f'{w:.2f}' for w in walls)} s")
+    print(f"demo_s={demo:.1f}")
+    print(f"noop_repro_s={statistics.median(walls):.2f}")
+
+
+if __name__ == "__main__":
+    main()

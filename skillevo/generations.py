@@ -1,0 +1,154 @@
+"""Generations: run `dvc repro` until a candidate promotes, keep every generation, report them all.
+
+    python -m skillevo.generations evolve --generations N
+    python -m skillevo.generations report
+    python -m skillevo.generations status
+
+Each generation is archived under generations/gen-NNN/ (tracked by DVC, so `make push` shares it). A
+generation that does not promote hands its candidate side, gate verdict and proposal to the next one
+through previous/, which the evidence stage reads.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from skillevo.digests import sha256_file
+
+RESULTS = Path("results")
+PREVIOUS = Path("previous")
+ARCHIVE = Path("generations")
+HANDED_ON = {"bench-candidate": "bench-candidate", "gate": "gate", "proposal/proposal.md": "proposal.md"}
+ARCHIVED = ("gate", "proposal", "freeze/manifest.json", "evidence/manifest.json", "bench-candidate",
+            "bench-incumbent/bench.json", "bench-incumbent/report.md")
+
+
+def decisions(results: Path = RESULTS) -> list[dict[str, Any]]:
+    return json.loads((results / "gate/promotion.json").read_text())["decisions"]
+
+
+def promoted(ds: list[dict[str, Any]]) -> bool:
+    return bool(ds) and all(d["decision"] == "promote" for d in ds)
+
+
+def _copy(src: Path, dst: Path) -> None:
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    if src.is_dir():
+        shutil.copytree(src, dst, copy_function=shutil.copyfile)
+    else:
+        shutil.copyfile(src, dst)
+
+
+def archive(results: Path = RESULTS, archive_dir: Path = ARCHIVE) -> Path:
+    """Copy this generation's outputs to generations/gen-NNN/ and record what it cost."""
+    n = len(list(archive_dir.glob("gen-*"))) + 1
+    dest = archive_dir / f"gen-{n:03d}"
+    for rel in ARCHIVED:
+        if (results / rel).exists():
+            _copy(results / rel, dest / rel)
+    incumbent_rows = results / "bench-incumbent/results.jsonl"
+    prior = sorted(archive_dir.glob("gen-*/meta.json"))
+    prior_sha = json.loads(prior[-1].read_text())["incumbent_results_sha256"] if prior else None
+    sha = sha256_file(incumbent_rows)
+    proposer = json.loads((results / "proposal/session.json").read_text())
+    meta = {"generation": n, "incumbent_results_sha256": sha, "incumbent_reused": sha == prior_sha,
+            "proposer_cost_usd": proposer.get("cost_usd"), "proposer_sessions": 1 if proposer.get("session_id") else 0}
+    (dest / "meta.json").write_text(json.dumps(meta, indent=1, sort_keys=True) + "\n")
+    return dest
+
+
+def hand_on(results: Path = RESULTS, previous: Path = PREVIOUS) -> None:
+    """Make this generation the next one's `previous/` (the README stays)."""
+    for child in previous.iterdir():
+        if child.name != "README.md":
+            shutil.rmtree(child) if child.is_dir() else child.unlink()
+    for src, dst in HANDED_ON.items():
+        _copy(results / src, previous / dst)
+
+
+def _run(cmd: list[str]) -> None:
+    print("+ " + " ".join(cmd), flush=True)
+    subprocess.run(cmd, check=True)
+
+
+def evolve(generations: int, dvc: str) -> int:
+    for g in range(1, generations + 1):
+        print(f"== generation {g} of {generations}", flush=True)
+        _run([dvc, "repro"])
+        ds = decisions()
+        for d in ds:
+            print(f"   {d['candidate_arm']}: {d['decision']} — {(d['reasons'] or [''])[0]}")
+        archive()
+        _run([dvc, "add", "-q", str(ARCHIVE)])
+        if promoted(ds):
+            print(f"promoted in generation {g}: review with `make apply`, then commit.")
+            return 0
+        hand_on()
+    print(f"no candidate cleared the gate in {generations} generation(s); the incumbent stays.")
+    return 0
+
+
+def rows(archive_dir: Path = ARCHIVE) -> list[dict[str, Any]]:
+    out = []
+    for gen in sorted(archive_dir.glob("gen-*")):
+        meta = json.loads((gen / "meta.json").read_text())
+        metrics = json.loads((gen / "gate/metrics.json").read_text())
+        ds = json.loads((gen / "gate/promotion.json").read_text())["decisions"]
+        spent = metrics.get("candidate.total_cost_usd", 0.0) + (meta["proposer_cost_usd"] or 0.0)
+        sessions = metrics.get("candidate.sessions", 0) + meta["proposer_sessions"]
+        if not meta["incumbent_reused"]:
+            spent += metrics.get("incumbent.total_cost_usd", 0.0)
+            sessions += metrics.get("incumbent.sessions", 0)
+        out.append({"generation": meta["generation"],
+                    "decision": ", ".join(f"{d['candidate_arm']}={d['decision']}" for d in ds),
+                    "median_improvement_pct": ", ".join(f"{d['median_improvement_pct']}" for d in ds),
+                    "cost_usd": round(spent, 4), "sessions": sessions, "incumbent_reused": meta["incumbent_reused"]})
+    return out
+
+
+def report(archive_dir: Path = ARCHIVE) -> str:
+    lines = ["| gen | decision | median improvement % | cost spent $ | sessions run | incumbent side |",
+             "|---|---|---|---|---|---|"]
+    for r in rows(archive_dir):
+        lines.append(f"| {r['generation']} | {r['decision']} | {r['median_improvement_pct']} | {r['cost_usd']:.4f} | "
+                     f"{r['sessions']} | {'reused' if r['incumbent_reused'] else 'ran'} |")
+    return "\n".join(lines) if len(lines) > 2 else "no generations archived yet (run `make evolve`)"
+
+
+def status(results: Path = RESULTS) -> str:
+    """The decision of the generation in results/, first, then where to read more."""
+    if not (results / "gate/promotion.json").is_file():
+        return "no gate decision yet: run `make demo` (or `dvc repro`)"
+    ds = decisions(results)
+    lines = [f"decision: {'promote' if promoted(ds) else 'keep the incumbent'}"]
+    lines += [f"  {d['candidate_arm']}: {d['decision']} — {(d['reasons'] or [''])[0]}" for d in ds]
+    lines += [f"report: {results / 'gate/report.md'}", f"proposal: {results / 'proposal/proposal.md'}"]
+    if promoted(ds):
+        lines.append("next: `make apply` writes the promoted skills for your review (it never commits)")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m skillevo.generations", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", required=True)
+    ev = sub.add_parser("evolve", help="run generations until one promotes")
+    ev.add_argument("--generations", type=int, default=1)
+    ev.add_argument("--dvc", default="dvc")
+    sub.add_parser("report", help="a table of all archived generations")
+    sub.add_parser("status", help="the current generation's decision")
+    args = parser.parse_args(argv)
+    if args.command == "evolve":
+        return evolve(args.generations, args.dvc)
+    print(report() if args.command == "report" else status())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,419 @@
+"""Apply: a promoted overlay lands on skills/ and every mirror as one transaction, or nothing changes.
+
+Refusals leave every file as it was; injected failures, signals and SIGKILL leave originals or a recovery
+record a rerun restores from; an edit racing the apply is never lost.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+
+from skillevo import apply as apply_mod
+from skillevo.apply import ApplyRefused, RollbackIncomplete, RolledBack, apply_promotion, revert
+from skillevo.digests import sha256_bytes
+from stages import apply as stage
+from tests.apply_fixtures import APPLY_AT, DESTINATIONS, NOW, ORIGINAL, Pipeline, git, make_pipeline
+from tests.gate_rows import CANDIDATE
+from tests.test_gate_promotion import promoting_rows
+
+ROOT = Path(__file__).resolve().parents[1]
+N = len(DESTINATIONS)
+
+
+@pytest.fixture
+def pipe(tmp_path: Path) -> Pipeline:
+    return make_pipeline(tmp_path)
+
+
+def run(pipe: Pipeline, **kw):
+    return apply_promotion(pipe.paths, now=kw.pop("now", APPLY_AT), **kw)
+
+
+def assert_clean(pipe: Pipeline, files: dict[str, bytes]) -> None:
+    """These bytes in place, no temp file beside any destination, no pending recovery record."""
+    assert pipe.read() == files
+    assert pipe.leftovers() == []
+    assert pipe.records() == []
+
+
+def test_a_promoted_generation_applies_and_a_second_apply_is_refused(pipe: Pipeline):
+    (pipe.repo / ".claude/skills/plan/SKILL.md").chmod(0o640)
+    modes = {rel: os.stat(pipe.repo / rel).st_mode for rel in DESTINATIONS}
+    head = git(pipe.repo, "rev-parse", "HEAD")
+
+    outcome = run(pipe)
+
+    assert_clean(pipe, pipe.applied())
+    assert {rel: os.stat(pipe.repo / rel).st_mode for rel in DESTINATIONS} == modes
+    receipt = json.loads(pipe.paths.receipt.read_text())
+    assert receipt["promotion_sha256"] == sha256_bytes(pipe.paths.promotion.read_bytes())
+    assert receipt["overlay_digest"] == pipe.manifest["overlay_digest"]
+    assert receipt["applied_at"] == APPLY_AT.isoformat()
+    assert receipt["swap"] == "renameat2-exchange"
+    assert receipt["files"] == [
+        {"path": rel, "before_sha256": sha256_bytes(pipe.originals()[rel]), "after_sha256": sha256_bytes(data)}
+        for rel, data in pipe.applied().items()
+    ]
+    for before in ORIGINAL.values():  # what revert restores from
+        assert (pipe.paths.originals / sha256_bytes(before)).read_bytes() == before
+    summary = outcome.summary()
+    for text in (*DESTINATIONS, "git diff --stat", "4 files changed", "review", "run your checks", "commit",
+                 "never commits or pushes", "no stage was re-run"):
+        assert text in summary, text
+    assert git(pipe.repo, "rev-parse", "HEAD") == head  # never commits
+    assert git(pipe.repo, "diff", "--cached", "--name-only") == ""  # nor stages
+
+    with pytest.raises(ApplyRefused, match="^already applied"):
+        run(pipe)
+    assert_clean(pipe, pipe.applied())
+
+
+def test_revert_puts_the_pre_apply_bytes_back(pipe: Pipeline):
+    run(pipe)
+    outcome = revert(pipe.paths, now=APPLY_AT)
+    assert_clean(pipe, pipe.originals())
+    assert outcome.action == "reverted" and not pipe.paths.receipt.exists()
+    [retired] = pipe.paths.state_dir.glob("reverted-*.json")
+    assert json.loads(retired.read_text())["reverted_at"] == APPLY_AT.isoformat()
+    assert git(pipe.repo, "status", "--porcelain", "--", "skills", ".claude") == ""
+    with pytest.raises(ApplyRefused, match="^no receipt"):
+        revert(pipe.paths, now=APPLY_AT)
+    run(pipe)  # the tree is back at its frozen state, so the same promotion applies again
+    assert_clean(pipe, pipe.applied())
+
+
+def test_revert_refuses_a_file_changed_since_the_apply(pipe: Pipeline):
+    run(pipe)
+    (pipe.repo / "skills/work/SKILL.md").write_bytes(b"reviewed and edited\n")
+    with pytest.raises(ApplyRefused, match=r"^skills/work/SKILL\.md: changed since the apply"):
+        revert(pipe.paths, now=APPLY_AT)
+    assert pipe.read() == {**pipe.applied(), "skills/work/SKILL.md": b"reviewed and edited\n"}
+    assert pipe.paths.receipt.exists()
+
+
+def test_a_receipt_less_revert_is_refused(pipe: Pipeline):
+    with pytest.raises(ApplyRefused, match=r"^no receipt at .*receipt\.json"):
+        revert(pipe.paths, now=APPLY_AT)
+    assert_clean(pipe, pipe.originals())
+
+
+def test_a_decision_that_is_not_promote_is_refused(tmp_path: Path):
+    rows = promoting_rows()
+    for r in rows:
+        if r["arm"] == CANDIDATE:
+            r["cost_usd"] = 1.0 if r["task"] != "t1" else 1.01
+    pipe = make_pipeline(tmp_path, rows=rows)
+    assert pipe.promotion["decisions"][0]["decision"] == "keep_incumbent"
+    with pytest.raises(ApplyRefused, match=r"promotion\.json: decisions\[0\]\.decision: is 'keep_incumbent'"):
+        run(pipe)
+    assert_clean(pipe, pipe.originals())
+
+
+def _edit_json(path: Path, change) -> None:
+    path.chmod(0o644)
+    doc = json.loads(path.read_text())
+    change(doc)
+    path.write_text(json.dumps(doc))
+
+
+def _promotion(change):
+    return lambda p: _edit_json(p.paths.promotion, change)
+
+
+def _bench(change):
+    return lambda p: _edit_json(p.paths.incumbent_bench / "bench.json", change)
+
+
+def _overlay_edit(p: Pipeline) -> None:
+    path = p.paths.freeze / "overlay/work/SKILL.md"
+    path.chmod(0o644)
+    path.write_bytes(b"# Work\n\nSomething nobody benchmarked.\n")
+
+
+def _overlay_extra(p: Pipeline) -> None:
+    (p.paths.freeze / "overlay/work").chmod(0o755)
+    (p.paths.freeze / "overlay/work/extra.md").write_bytes(b"# extra\n")
+
+
+def _model_drift(p: Pipeline) -> None:  # the bench re-ran with another model since the gate decided
+    p.write_params(model={"backend": "simulator", "name": "skillevo-sim-2", "base_url": None, "effort": "medium"})
+    _bench(lambda b: b["model"].update(name="skillevo-sim-2"))(p)
+
+
+def _symlink_destination(p: Pipeline) -> None:  # same bytes through the link: only the link is wrong
+    path = p.repo / ".claude/skills/work/SKILL.md"
+    path.unlink()
+    path.symlink_to("../../../skills/work/SKILL.md")
+
+
+def _symlink_parent(p: Pipeline) -> None:
+    shutil.rmtree(p.repo / ".claude/skills")
+    (p.repo / ".claude/skills").symlink_to("../skills")
+
+
+# name: (change to the pipeline, what the refusal must say, time of the apply)
+REFUSALS = {
+    "promotion missing": (
+        lambda p: p.paths.promotion.unlink(), r"promotion\.json: missing .*run `dvc repro` first", None,
+    ),
+    "promotion not JSON": (lambda p: p.paths.promotion.write_text("{"), r"promotion\.json: not valid JSON", None),
+    "promotion schema-invalid": (
+        _promotion(lambda d: d.update(note="trust me")), r"does not match its schema: .*'note'", None,
+    ),
+    "bench.json missing": (
+        lambda p: (p.paths.incumbent_bench / "bench.json").unlink(), r"bench\.json: missing .*dvc repro", None,
+    ),
+    "stale manifest digest": (
+        lambda p: _edit_json(p.paths.freeze / "manifest.json", lambda m: m.update(overlay_digest="c" * 64)),
+        r"manifest\.json: overlay_digest cccccccccccc is not the overlay .* stale; run `dvc repro` first", None,
+    ),
+    "frozen overlay edited": (_overlay_edit, r"overlay/work/SKILL\.md: sha256 \w+ is not the manifest's", None),
+    "frozen overlay has an extra file": (
+        _overlay_extra, r"overlay/work/extra\.md: not listed in manifest\.json", None,
+    ),
+    "model drift": (_model_drift, r"promotion\.json: benchmark_model: differs from what the pipeline holds now", None),
+    "params model changed, bench stale": (
+        lambda p: p.write_params(model={"backend": "simulator", "name": "other-1", "effort": "medium"}),
+        r"bench\.json: was benchmarked with model 'skillevo-sim-1' .* now says 'other-1' .* stale", None,
+    ),
+    "task binding drift": (
+        _bench(lambda b: b["task_bindings"][0].update(verify_sha256="9" * 64)),
+        r"task_bindings\[0\]\.verify_sha256: differs", None,
+    ),
+    "policy drift": (
+        lambda p: p.write_params(gate={"min_improvement_pct": 1}), r"policy\.min_improvement_pct: differs", None,
+    ),
+    "expired evidence": (lambda p: None, r"evidence_expires_at: the evidence expired", NOW + timedelta(days=91)),
+    "evidence from the future": (lambda p: None, r"generated_at: .* is in the future", NOW - timedelta(days=1)),
+    "destination edited after freeze": (
+        lambda p: (p.repo / "skills/work/SKILL.md").write_bytes(b"a local edit\n"),
+        r"^skills/work/SKILL\.md: edited after freeze", None,
+    ),
+    "mirror missing on disk": (
+        lambda p: (p.repo / ".claude/skills/work/SKILL.md").unlink(),
+        r"^\.claude/skills/work/SKILL\.md: does not exist", None,
+    ),
+    "mirror missing from the manifest": (
+        lambda p: p.write_params(mirrors=[".claude/skills", "plugin/skills"]),
+        r"destinations lack plugin/skills/plan/SKILL\.md", None,
+    ),
+    "manifest destination no mirror implies": (
+        lambda p: p.write_params(mirrors=[]), r"destination \.claude/skills/plan/SKILL\.md is not implied", None,
+    ),
+    "destination is a symlink": (_symlink_destination, r"^\.claude/skills/work/SKILL\.md: is a symlink", None),
+    "destination's parent is a symlink": (_symlink_parent, r"^\.claude/skills: is a symlink", None),
+}
+
+
+def _snapshot(repo: Path) -> dict[str, object]:
+    return {rel: os.readlink(repo / rel) if (repo / rel).is_symlink() else (repo / rel).read_bytes()
+            for rel in DESTINATIONS if os.path.lexists(repo / rel)}
+
+
+@pytest.mark.parametrize("name", REFUSALS)
+def test_refusals_name_the_reason_and_change_nothing(pipe: Pipeline, name: str):
+    change, message, now = REFUSALS[name]
+    change(pipe)
+    before = _snapshot(pipe.repo)
+    with pytest.raises(ApplyRefused, match=message):
+        run(pipe, now=now or APPLY_AT)
+    assert _snapshot(pipe.repo) == before
+    assert not pipe.paths.receipt.exists() and pipe.leftovers() == [] and pipe.records() == []
+
+
+@pytest.fixture(params=["exchange", "replace"])
+def method(request, monkeypatch) -> str:
+    """Both swap methods: the atomic exchange, and the fallback for kernels or filesystems without it."""
+    if request.param == "replace":
+        def unsupported(*args):
+            raise OSError(errno.ENOSYS, "renameat2 unavailable")
+        monkeypatch.setattr(apply_mod, "_renameat2", unsupported)
+    return {"exchange": "renameat2-exchange", "replace": "link-and-replace"}[request.param]
+
+
+def test_the_fallback_swap_applies_and_says_so(pipe: Pipeline, method: str):
+    assert run(pipe).swap == method
+    assert json.loads(pipe.paths.receipt.read_text())["swap"] == method
+    assert_clean(pipe, pipe.applied())
+
+
+@pytest.mark.parametrize("k", range(N + 1))
+def test_a_failure_after_k_of_n_swaps_leaves_every_original(pipe: Pipeline, method: str, k: int):
+    def fault(event, index, path):
+        if (k == 0 and event == "before-swap") or (event == "after-swap" and index == k - 1):
+            raise OSError(errno.EIO, "injected failure")
+
+    with pytest.raises(RolledBack, match=f"injected failure.*after {k} of {N} swaps.*rolled back"):
+        run(pipe, fault=fault)
+    assert_clean(pipe, pipe.originals())
+    assert not pipe.paths.receipt.exists()
+
+
+def test_a_failure_writing_the_receipt_rolls_back(pipe: Pipeline):
+    pipe.paths.receipt.mkdir(parents=True)  # os.replace onto a directory fails
+    with pytest.raises(RolledBack, match=f"after {N} of {N} swaps"):
+        run(pipe)
+    assert_clean(pipe, pipe.originals())
+
+
+def test_a_failed_rollback_writes_a_recovery_record_a_rerun_restores_from(pipe: Pipeline):
+    stuck = DESTINATIONS[1]
+
+    def fault(event, index, path):
+        if event == "after-swap" and index == 2:
+            raise OSError(errno.EIO, "injected failure")
+        if event == "before-restore" and path == stuck:
+            raise OSError(errno.EIO, "restore failed too")
+
+    with pytest.raises(RollbackIncomplete, match="restore failed too") as failed:
+        run(pipe, fault=fault)
+    record = failed.value.record
+    assert str(record) in str(failed.value) and pipe.records() == [record]
+    assert pipe.read() == {**pipe.originals(), stuck: pipe.applied()[stuck]}
+    doc = json.loads(record.read_text())
+    assert doc["state"] == "rollback-incomplete" and "injected failure" in doc["failure"]
+    entry = next(f for f in doc["files"] if f["path"] == stuck)
+    assert entry["state"] == "restore-failed" and entry["new_at"] == stuck
+    assert (pipe.repo / entry["original_at"]).read_bytes() == pipe.originals()[stuck]
+    assert Path(entry["original_copy"]).read_bytes() == pipe.originals()[stuck]
+
+    logged = []
+    with pytest.raises(ApplyRefused, match="^no receipt"):  # recovery runs first, then revert refuses as usual
+        revert(pipe.paths, now=APPLY_AT, log=logged.append)
+    assert any("recovered from" in line for line in logged)
+    assert_clean(pipe, pipe.originals())
+    run(pipe)
+    assert_clean(pipe, pipe.applied())
+
+
+def test_an_edit_racing_the_swap_is_put_back(pipe: Pipeline, method: str):
+    target = DESTINATIONS[1]
+
+    def fault(event, index, path):  # after the last re-check, before the swap itself
+        if event == "before-swap" and path == target:
+            (pipe.repo / target).write_bytes(b"someone else's edit\n")
+
+    with pytest.raises(RolledBack, match=f"{target}: was edited between the last check and the swap"):
+        run(pipe, fault=fault)
+    assert_clean(pipe, {**pipe.originals(), target: b"someone else's edit\n"})
+
+
+def test_an_edit_during_apply_is_detected_before_its_swap(pipe: Pipeline):
+    target = DESTINATIONS[2]
+
+    def fault(event, index, path):
+        if event == "after-swap" and index == 0:
+            (pipe.repo / target).write_bytes(b"someone else's edit\n")
+
+    with pytest.raises(RolledBack, match=f"{target}: changed during apply"):
+        run(pipe, fault=fault)
+    assert_clean(pipe, {**pipe.originals(), target: b"someone else's edit\n"})
+
+
+def test_an_edit_of_a_swapped_file_is_kept_not_rolled_over(pipe: Pipeline):
+    target = DESTINATIONS[0]
+
+    def fault(event, index, path):
+        if event == "after-swap" and index == 1:
+            (pipe.repo / target).write_bytes(b"edited on top of the new bytes\n")
+
+    with pytest.raises(RollbackIncomplete, match=f"{target}: was edited after the swap; left as is"):
+        run(pipe, fault=fault)
+    assert pipe.read() == {**pipe.originals(), target: b"edited on top of the new bytes\n"}
+    with pytest.raises(ApplyRefused, match=f"{target} holds bytes .* neither its original .* cp "):
+        run(pipe)  # recovery refuses to overwrite it and says how to finish by hand
+    assert (pipe.repo / target).read_bytes() == b"edited on top of the new bytes\n"
+
+
+def _spawn(pipe: Pipeline, pause: str, *extra: str) -> subprocess.Popen:
+    """The stage as a process that stops at `pause` (event:index); returns once it is there."""
+    env = {**os.environ, stage.PAUSE_ENV: pause}
+    proc = subprocess.Popen([sys.executable, "-m", "stages.apply", *pipe.cli_args(), *extra], cwd=ROOT, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    seen = []
+    for line in proc.stderr:
+        seen.append(line)
+        if "test pause at" in line:
+            return proc
+    proc.wait()
+    pytest.fail(f"the stage never reached {pause}: {''.join(seen)}{proc.stdout.read()}")
+
+
+def _stage(pipe: Pipeline, *extra: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "stages.apply", *pipe.cli_args(), *extra], cwd=ROOT,
+                          capture_output=True, text=True, timeout=60)
+
+
+def test_sigkill_mid_apply_leaves_a_record_a_rerun_restores_from(pipe: Pipeline):
+    proc = _spawn(pipe, "after-swap:1")
+    proc.kill()
+    proc.wait()
+    [record] = pipe.records()
+    assert pipe.read() == {**pipe.originals(), **{rel: pipe.applied()[rel] for rel in DESTINATIONS[:2]}}
+    states = {f["path"]: f["state"] for f in json.loads(record.read_text())["files"]}
+    assert states == {rel: "swapped" if i < 2 else "staged" for i, rel in enumerate(DESTINATIONS)}
+
+    result = _stage(pipe, "--revert")
+    assert result.returncode == 2, result.stderr
+    assert "recovered from" in result.stderr and "apply: refused: no receipt" in result.stderr
+    assert_clean(pipe, pipe.originals())
+    result = _stage(pipe)
+    assert result.returncode == 0, result.stderr
+    assert_clean(pipe, pipe.applied())
+
+
+def test_sigkill_after_the_commit_keeps_the_apply(pipe: Pipeline):
+    proc = _spawn(pipe, f"committed:{N}")
+    proc.kill()
+    proc.wait()
+    assert pipe.paths.receipt.exists() and pipe.records() != [] and pipe.leftovers() != []
+    result = _stage(pipe)
+    assert result.returncode == 2 and "had committed" in result.stderr
+    assert "apply: refused: already applied" in result.stderr
+    assert_clean(pipe, pipe.applied())
+
+
+def test_sigterm_rolls_back(pipe: Pipeline):
+    proc = _spawn(pipe, "after-swap:2")
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=30) == 3
+    stderr = proc.stderr.read()
+    assert stderr.startswith("apply: rolled back: interrupted by SIGTERM") and "after 3 of 4 swaps" in stderr
+    assert_clean(pipe, pipe.originals())
+
+
+def test_the_stage_exit_codes_and_messages(pipe: Pipeline, capsys):
+    assert stage.main(pipe.cli_args()) == 0
+    out = capsys.readouterr().out
+    assert "apply: applied 4 file(s)" in out and "next steps:" in out
+    assert stage.main(pipe.cli_args()) == 2
+    assert capsys.readouterr().err.startswith("apply: refused: already applied")
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # the transaction's handlers are gone
+    assert signal.getsignal(signal.SIGTERM) == signal.SIG_DFL
+    assert stage.main([*pipe.cli_args(), "--revert"]) == 0
+    assert "apply: reverted 4 file(s)" in capsys.readouterr().out
+    assert stage.main([*pipe.cli_args(), "--revert"]) == 2
+    assert capsys.readouterr().err.startswith("apply: refused: no receipt")
+    assert stage.main([*pipe.cli_args(), "--now", "2025-03-02T00:00:00"]) == 2
+    assert "needs a UTC offset" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        stage.main(["--help"])
+    help_text = capsys.readouterr().out
+    for text in ("--promotion", "--freeze", "--incumbent-bench", "--receipt", "--revert", "exit status", "recovery-"):
+        assert text in help_text
+
+
+def test_outside_a_git_repository_the_diff_is_skipped(pipe: Pipeline):
+    shutil.rmtree(pipe.repo / ".git")
+    assert "no diff shown" in run(pipe).summary()
+    assert_clean(pipe, pipe.applied())
