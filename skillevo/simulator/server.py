@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import os
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -20,6 +21,7 @@ from skillevo.simulator import agent, conversation
 from skillevo.simulator.agent import EscapeTargets, Reply
 from skillevo.simulator.playbook import Playbook
 
+SESSION_LOG_ENV = "SKILLEVO_SIMULATOR_SESSION_LOG"
 MODES = ("normal", "no-skill", "escape", "overloaded", "server-error", "truncated", "hang")
 BYTES_PER_TOKEN = 4
 
@@ -93,8 +95,11 @@ class Simulator:
     def _seen(self, session_id: str | None, mode: str) -> None:
         with self._lock:
             self.requests += 1
-            if session_id:
-                self._sessions.setdefault(session_id, mode)
+            if session_id and session_id not in self._sessions:
+                self._sessions[session_id] = mode
+                if SESSION_LOG_ENV in os.environ:  # lets a test count sessions across processes (DVC stages)
+                    with open(os.environ[SESSION_LOG_ENV], "a") as log:
+                        log.write(f"{session_id} {mode}\n")
 
 
 def _message(body: dict[str, Any], raw_len: int, reply: Reply) -> dict[str, Any]:

@@ -1,0 +1,98 @@
+"""Evidence -> propose -> freeze on the demo, offline, and the proposer's box."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from skillevo import overlay, propose
+from skillevo.bench.side import plan, run_side
+from skillevo.evidence import make_bundle, write_bundle
+from skillevo.simulator import EscapeTargets, Simulator, load_all
+from skillevo.simulator.proposer import SimulatedProposer
+from stages import freeze as freeze_stage
+from tests.bench_fixtures import ROOT, params, write_params
+from tests.conftest import session_processes
+
+pytestmark = [pytest.mark.cli, pytest.mark.bwrap]
+WASTEFUL = "Read every module of the package end to end before editing"
+BOOKS = sorted((ROOT / "tasks/playbooks").glob("*.yaml"))
+
+
+@pytest.fixture(scope="module")
+def evidence(tmp_path_factory) -> tuple[Path, list[dict]]:
+    root = tmp_path_factory.mktemp("gen")
+    p = params(runs=1)
+    tasks = ROOT / "tasks/tasks.yaml"
+    rows = run_side(plan("incumbent", tasks, ROOT / "skills", None, p), tasks, ROOT / "skills", None, p,
+                    root / "bench-incumbent", quiet=True)
+    params_file = write_params(root / "params.yaml", runs=1)
+    bundle = make_bundle(previous=None, incumbent=root / "bench-incumbent", seed=None, learnings=None,
+                         tasks=tasks, params=params_file)
+    write_bundle(bundle, root / "evidence")
+    return root, rows
+
+
+def _propose(root: Path, endpoint_mode: str, out: Path, **sim_kw) -> dict:
+    book = load_all(BOOKS)
+    with Simulator(book, responders={"proposer": SimulatedProposer(book, {"plan", "work"})}, **sim_kw) as sim:
+        return propose.run(prompt=propose.render_prompt((ROOT / "prompts/propose.md").read_text(), ["plan", "work"], 40),
+                           skills_dir=ROOT / "skills", evidence_dir=root / "evidence", evolvable=["plan", "work"],
+                           model="claude-sonnet-4-5", endpoint=sim.url(endpoint_mode), api_key=None,
+                           limits=overlay.Limits(), out=out, timeout_s=120)
+
+
+def test_evidence_propose_freeze_removes_the_wasteful_instruction(evidence, tmp_path):
+    root, rows = evidence
+    record = _propose(root, "proposer", tmp_path / "proposal")
+    assert record["ok"] and record["overlay_files"] == ["work/SKILL.md"] and record["changed_lines"] == 1
+    incumbent = (ROOT / "skills/work/SKILL.md").read_text().splitlines(True)
+    proposed = (tmp_path / "proposal/overlay/work/SKILL.md").read_text()
+    assert proposed == "".join(l for l in incumbent if WASTEFUL not in l)
+    text = (tmp_path / "proposal/proposal.md").read_text()
+    cited = re.findall(r"([a-z-]+)/(direct|workflow)/run(\d+)", text)
+    real = {(r["task"], r["arm"], str(r["run"])) for r in rows}
+    assert cited and set(cited) <= real
+    for section in ("## Pattern", "## Change", "## Expected metric movement", "## Risks"):
+        assert section in text
+    manifest = freeze_stage.freeze(argparse.Namespace(
+        overlay=tmp_path / "proposal/overlay", session=tmp_path / "proposal/session.json", hand_written=False,
+        tasks=ROOT / "tasks/tasks.yaml", params=ROOT / "params.yaml", repo=ROOT, out=tmp_path / "freeze"))
+    assert manifest["candidate_origin"] == "proposer" and manifest["proposer_model"] == "claude-sonnet-4-5"
+    assert manifest["required_candidate_arms"] == ["candidate_direct", "candidate_workflow"]
+
+
+def test_proposer_cannot_read_tasks_oracles_or_anything_outside_its_mounts(evidence, tmp_path):
+    root, _ = evidence
+    canary = "skillevo-oracle-canary"
+    targets = EscapeTargets(outside_dir=str(ROOT / "tasks"), planted_file=str(ROOT / "tasks/tasks.yaml"),
+                            home_dir=str(Path.home()), oracle_dir=str(ROOT / "tasks/oracles"), loopback_port=9,
+                            marker="proposer-escape-marker")
+    with pytest.raises(propose.ProposalRefused, match="wrote no overlay"):
+        _propose(root, "escape", tmp_path / "proposal", escape=targets)
+    transcript = "".join(p.read_text() for p in (tmp_path / "proposal/transcripts").iterdir())
+    assert "oracle-search-done" in transcript and "read-rc=1" in transcript
+    assert canary not in transcript
+    assert "dialogue-heavy text" not in transcript  # a task prompt from tasks.yaml
+    assert not (ROOT / "tasks/escape-bash.txt").exists() and not (ROOT / "tasks/escape-write.txt").exists()
+    assert not session_processes("proposer-escape-marker")
+    assert json.loads((tmp_path / "proposal/session.json").read_text())["ok"] is True
+
+
+def test_prior_rejected_proposal_is_not_proposed_again(evidence, tmp_path):
+    root, _ = evidence
+    first = tmp_path / "first"
+    _propose(root, "proposer", first)
+    (root / "evidence").chmod(0o755)
+    (root / "evidence/prior-proposal.md").write_text((first / "proposal.md").read_text())
+    second = tmp_path / "second"
+    _propose(root, "proposer", second)
+    removed = [next(l for l in (d / "proposal.md").read_text().splitlines() if l.startswith("Instruction removed: "))
+               for d in (first, second)]
+    assert WASTEFUL in removed[0] and WASTEFUL not in removed[1]
+    for f in (second / "overlay").rglob("SKILL.md"):
+        assert f.read_text() != (first / "overlay/work/SKILL.md").read_text()
