@@ -1,0 +1,179 @@
+"""The DVC pipeline as users run it: a fresh clone, `make demo`, reuse, sharing, apply, evolve.
+
+Each test works in a `git clone` of this checkout's HEAD and reuses this checkout's venv and CLI
+(VENV/TOOLS), so what is tested is exactly what is committed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.bench_fixtures import ROOT
+
+pytestmark = [pytest.mark.cli, pytest.mark.bwrap]
+WASTEFUL = "Read every module of the package end to end before editing"
+DVC = str(ROOT / ".venv/bin/dvc")
+
+
+def _env(**extra: str) -> dict[str, str]:
+    return {**os.environ, "PATH": f"{ROOT / '.venv/bin'}:{os.environ['PATH']}", "DVC_NO_ANALYTICS": "1", **extra}
+
+
+def run(cmd: list[str], cwd: Path, **env: str) -> str:
+    out = subprocess.run(cmd, cwd=cwd, env=_env(**env), capture_output=True, text=True)
+    assert out.returncode == 0, f"{' '.join(cmd)} failed:\n{out.stdout[-3000:]}\n{out.stderr[-3000:]}"
+    return out.stdout + out.stderr
+
+
+def make(clone: Path, *targets: str, **env: str) -> str:
+    return run(["make", f"VENV={ROOT / '.venv'}", f"TOOLS={ROOT / '.tools'}", *targets], clone, **env)
+
+
+def ran(output: str) -> set[str]:
+    return set(re.findall(r"Running stage '([^']+)'", output))
+
+
+def clone_of_head(dest: Path) -> Path:
+    subprocess.run(["git", "clone", "-q", str(ROOT), str(dest)], check=True)
+    return dest
+
+
+def sessions(log: Path) -> int:
+    return len(log.read_text().splitlines()) if log.exists() else 0
+
+
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory) -> dict:
+    root = tmp_path_factory.mktemp("pipeline")
+    clone = clone_of_head(root / "clone")
+    log = root / "sessions.log"
+    output = make(clone, "demo", SKILLEVO_SIMULATOR_SESSION_LOG=str(log))
+    return {"root": root, "clone": clone, "output": output, "sessions": sessions(log)}
+
+
+def test_fresh_clone_make_demo_promotes_the_candidate_without_the_wasteful_line(demo):
+    assert "decision: promote" in demo["output"]
+    assert ran(demo["output"]) == {"bench-incumbent", "evidence", "propose", "freeze", "bench-candidate", "gate"}
+    promotion = json.loads((demo["clone"] / "results/gate/promotion.json").read_text())
+    assert [d["decision"] for d in promotion["decisions"]] == ["promote", "promote"]
+    assert promotion["backend"]["simulated"] is True
+    frozen = (demo["clone"] / "results/freeze/overlay/work/SKILL.md").read_text()
+    assert WASTEFUL not in frozen and WASTEFUL in (demo["clone"] / "skills/work/SKILL.md").read_text()
+    assert demo["sessions"] == 24 * 3 // 2 * 2 + 1  # 36 incumbent + 36 candidate sessions + 1 proposer
+
+
+def test_second_repro_with_nothing_changed_runs_no_stage(demo):
+    out = run([DVC, "repro"], demo["clone"])
+    assert ran(out) == set() and "Data and pipelines are up to date" in out
+
+
+def test_changing_only_a_gate_threshold_reruns_only_the_gate(demo):
+    params_file = demo["clone"] / "params.yaml"
+    original = params_file.read_text()
+    doc = yaml.safe_load(original)
+    doc["gate"]["min_improvement_pct"] = 6
+    params_file.write_text(yaml.safe_dump(doc, sort_keys=False))
+    try:
+        assert ran(run([DVC, "repro"], demo["clone"])) == {"gate"}
+    finally:
+        params_file.write_text(original)
+    out = run([DVC, "repro"], demo["clone"])  # back to the recorded params: served by the run-cache
+    assert ran(out) <= {"gate"} and "Stage 'gate' is cached" in out or ran(out) == set()
+
+
+def _reproduce_elsewhere(demo: dict, dest: Path, remote_setup: list[list[str]], **env: str) -> tuple[str, int]:
+    clone = clone_of_head(dest)
+    for cmd in remote_setup:
+        run([DVC, *cmd], clone, **env)
+    log = dest.parent / f"{dest.name}-sessions.log"
+    out = run([DVC, "repro", "--pull"], clone, SKILLEVO_SIMULATOR_SESSION_LOG=str(log), **env)
+    theirs = json.loads((clone / "results/gate/promotion.json").read_text())["decisions"]
+    ours = json.loads((demo["clone"] / "results/gate/promotion.json").read_text())["decisions"]
+    assert theirs == ours
+    return out, sessions(log)
+
+
+def test_sharing_through_a_local_remote_reproduces_with_zero_sessions(demo):
+    make(demo["clone"], "push")
+    remote = demo["root"] / "skillevo-remote"
+    assert (remote / "runs").is_dir()
+    out, n = _reproduce_elsewhere(demo, demo["root"] / "teammate" / "clone",
+                                  [["remote", "modify", "--local", "local", "url", str(remote)]])
+    assert n == 0 and ran(out) == set()
+    assert out.count("is cached - skipping run") == 6
+
+
+def test_sharing_through_s3_on_moto_reproduces_with_zero_sessions(demo):
+    from moto.server import ThreadedMotoServer
+    import boto3
+
+    server = ThreadedMotoServer("127.0.0.1", 0, verbose=False)
+    server.start()
+    try:
+        host, port = server.get_host_and_port()
+        url = f"http://{host}:{port}"
+        creds = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1"}
+        boto3.client("s3", endpoint_url=url, aws_access_key_id="testing", aws_secret_access_key="testing",
+                     region_name="us-east-1").create_bucket(Bucket="skillevo")
+        setup = [["remote", "add", "--local", "-f", "-d", "s3", "s3://skillevo/cache"],
+                 ["remote", "modify", "--local", "s3", "endpointurl", url]]
+        for cmd in setup:
+            run([DVC, *cmd], demo["clone"], **creds)
+        run([DVC, "push", "--run-cache", "-r", "s3"], demo["clone"], **creds)
+        run([DVC, "remote", "default", "--local", "local"], demo["clone"])
+        out, n = _reproduce_elsewhere(demo, demo["root"] / "s3-teammate" / "clone", setup, **creds)
+    finally:
+        server.stop()
+    assert n == 0 and ran(out) == set()
+
+
+def test_apply_rewrites_skills_and_the_next_repro_reruns_the_incumbent_side(demo):
+    clone = demo["clone"]
+    out = make(clone, "apply")
+    assert "applied 2 file(s)" in out
+    for rel in ("skills/work/SKILL.md", ".claude/skills/work/SKILL.md"):
+        assert (clone / rel).read_bytes() == (clone / "results/freeze/overlay/work/SKILL.md").read_bytes()
+    assert "apply: refused" in subprocess.run(
+        ["make", f"VENV={ROOT / '.venv'}", f"TOOLS={ROOT / '.tools'}", "apply"], cwd=clone, env=_env(),
+        capture_output=True, text=True).stderr
+    assert "bench-incumbent" in ran(run([DVC, "repro", "--dry"], clone))
+    assert run(["git", "status", "--porcelain", "--", "skills", ".claude"], clone).strip()  # a plain diff, uncommitted
+    make(clone, "revert")
+    assert WASTEFUL in (clone / "skills/work/SKILL.md").read_text()
+
+
+def test_evolve_stops_after_two_keep_incumbent_generations_with_the_first_as_evidence(tmp_path):
+    clone = clone_of_head(tmp_path / "clone")
+    better = "".join(l for l in (clone / "skills/work/SKILL.md").read_text().splitlines(True) if WASTEFUL not in l)
+    for rel in ("skills/work/SKILL.md", ".claude/skills/work/SKILL.md"):  # an incumbent the simulator cannot improve
+        (clone / rel).write_text(better)
+    doc = yaml.safe_load((clone / "params.yaml").read_text())
+    doc["bench"]["runs"], doc["gate"]["min_runs"] = 1, 1  # mechanics, not statistics: keep CI short
+    (clone / "params.yaml").write_text(yaml.safe_dump(doc, sort_keys=False))
+    run(["git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qam", "an unimprovable incumbent"], clone)
+    out = make(clone, "evolve", "GENERATIONS=2")
+    assert "no candidate cleared the gate in 2 generation(s)" in out
+    generations = sorted((clone / "generations").glob("gen-*"))
+    assert [g.name for g in generations] == ["gen-001", "gen-002"]
+    for g in generations:
+        decisions = json.loads((g / "gate/promotion.json").read_text())["decisions"]
+        assert {d["decision"] for d in decisions} == {"keep_incumbent"}
+    manifest = json.loads((generations[1] / "evidence/manifest.json").read_text())
+    assert manifest["source"] == "previous"
+    assert any(f["path"] == "prior-proposal.md" for f in manifest["files"])
+    first = (generations[0] / "proposal/proposal.md").read_text()
+    assert first.splitlines()[2] not in (generations[1] / "proposal/proposal.md").read_text()
+    second_generation = out.split("== generation 2 of 2")[1]
+    assert "bench-incumbent" not in ran(second_generation)
+    report = make(clone, "report")
+    assert re.search(r"\| 2 \| .*keep_incumbent.* \| reused \|", report), report
+    assert (clone / "generations.dvc").is_file()
+    shutil.rmtree(clone / "results")
