@@ -36,6 +36,9 @@ system-packages:
 	fi
 
 $(INSTALLED):
+	@case "$(abspath $(VENV))/" in "$(CURDIR)"/*) ;; *) if [ -x "$(PY)" ]; then \
+	  echo "$(VENV) is another checkout's environment, set up for a different pyproject.toml:"; \
+	  echo "run 'make setup' in that checkout (an editable install here would take it over)"; exit 1; fi;; esac
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e '.[dev]'
