@@ -37,3 +37,16 @@ def session_processes(*needles: str) -> list[str]:
         if any(n in cmd for n in needles):
             found.append(f"{proc.name}: {cmd}")
     return found
+
+
+@pytest.fixture(scope="session")
+def demo_incumbent(tmp_path_factory) -> tuple[Path, list[dict]]:
+    """The demo's incumbent side with one run per arm: (its directory, its rows). Costs ~15 s, paid once."""
+    from skillevo.bench.side import plan, run_side
+    from tests.bench_fixtures import ROOT, params
+
+    out = tmp_path_factory.mktemp("demo-incumbent") / "bench-incumbent"
+    p = params(runs=1)
+    tasks = ROOT / "tasks/tasks.yaml"
+    rows = run_side(plan("incumbent", tasks, ROOT / "skills", None, p), tasks, ROOT / "skills", None, p, out, quiet=True)
+    return out, rows

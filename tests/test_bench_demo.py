@@ -27,8 +27,8 @@ def _side(side: str, out: Path, overlay: Path | None = None) -> list[dict]:
 
 
 @pytest.fixture(scope="module")
-def incumbent(tmp_path_factory) -> list[dict]:
-    return _side("incumbent", tmp_path_factory.mktemp("inc") / "out")
+def incumbent(demo_incumbent) -> list[dict]:
+    return demo_incumbent[1]
 
 
 def _cost(rows: list[dict]) -> dict[tuple[str, str], float]:

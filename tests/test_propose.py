@@ -10,12 +10,11 @@ from pathlib import Path
 import pytest
 
 from skillevo import overlay, propose
-from skillevo.bench.side import plan, run_side
 from skillevo.evidence import make_bundle, write_bundle
 from skillevo.simulator import EscapeTargets, Simulator, load_all
 from skillevo.simulator.proposer import SimulatedProposer
 from stages import freeze as freeze_stage
-from tests.bench_fixtures import ROOT, params, write_params
+from tests.bench_fixtures import ROOT, write_params
 from tests.conftest import session_processes
 
 pytestmark = [pytest.mark.cli, pytest.mark.bwrap]
@@ -24,15 +23,12 @@ BOOKS = sorted((ROOT / "tasks/playbooks").glob("*.yaml"))
 
 
 @pytest.fixture(scope="module")
-def evidence(tmp_path_factory) -> tuple[Path, list[dict]]:
+def evidence(tmp_path_factory, demo_incumbent) -> tuple[Path, list[dict]]:
     root = tmp_path_factory.mktemp("gen")
-    p = params(runs=1)
-    tasks = ROOT / "tasks/tasks.yaml"
-    rows = run_side(plan("incumbent", tasks, ROOT / "skills", None, p), tasks, ROOT / "skills", None, p,
-                    root / "bench-incumbent", quiet=True)
+    bench_dir, rows = demo_incumbent
     params_file = write_params(root / "params.yaml", runs=1)
-    bundle = make_bundle(previous=None, incumbent=root / "bench-incumbent", seed=None, learnings=None,
-                         tasks=tasks, params=params_file)
+    bundle = make_bundle(previous=None, incumbent=bench_dir, seed=None, learnings=None,
+                         tasks=ROOT / "tasks/tasks.yaml", params=params_file)
     write_bundle(bundle, root / "evidence")
     return root, rows
 
