@@ -99,3 +99,48 @@ bench-cells: setup
 
 clean:
 	rm -rf $(VENV) .tools .pytest_cache results
+
+# --- Container image (README, "Container") ----------------------------------------------------------
+# docker when its engine answers, else podman; CONTAINER_ENGINE=docker|podman chooses. BASE_IMAGE (empty:
+# the Dockerfile's pinned default) is any Debian 12 image; CA_BUNDLE is a PEM file for networks that
+# intercept TLS, passed as a build secret (never stored in a layer).
+IMAGE ?= skillevo
+IMAGE_UID ?= 10001
+BASE_IMAGE ?=
+CA_BUNDLE ?=
+CONTAINER_ENGINE ?=
+IMAGE_WORKTREE ?= $(CURDIR)
+IMAGE_RUN_ARGS ?=
+container_engine = $(or $(CONTAINER_ENGINE),$(shell if docker info >/dev/null 2>&1; then echo docker; \
+  elif command -v podman >/dev/null 2>&1; then echo podman; fi))
+
+.PHONY: image image-demo
+image:
+	@set -e; engine="$(container_engine)"; \
+	if [ -z "$$engine" ]; then echo "make image needs docker (with a running engine) or podman"; exit 1; fi; \
+	args=(build --build-arg "CLAUDE_CODE_VERSION=$(CLAUDE_CODE_VERSION)" --build-arg "AGENT_UID=$(IMAGE_UID)" -t "$(IMAGE)"); \
+	if [ "$$engine" = podman ]; then args+=(--format docker); else export DOCKER_BUILDKIT=1; fi; \
+	if [ -n "$(BASE_IMAGE)" ]; then args+=(--build-arg "BASE_IMAGE=$(BASE_IMAGE)"); fi; \
+	if [ -n "$(CA_BUNDLE)" ]; then args+=(--secret "id=ca_bundle,src=$(abspath $(CA_BUNDLE))"); fi; \
+	echo "$$engine $${args[*]} ."; "$$engine" "$${args[@]}" .; \
+	size=$$("$$engine" image inspect --format '{{.Size}}' "$(IMAGE)"); \
+	echo "image $(IMAGE): $$size bytes ($$(numfmt --to=iec-i --suffix=B "$$size")), Claude Code $(CLAUDE_CODE_VERSION), built with $$engine"
+
+# `make demo` inside the image, on this checkout mounted at /work, as the checkout's owner so the results
+# belong to them: rootless podman maps the caller to the image's user (keep-id); docker and rootful
+# podman run as the checkout's uid:gid. bubblewrap needs an unconfined seccomp profile (user namespaces,
+# pivot_root), no AppArmor confinement, and a procfs it can mount (unmasked /proc). The demo's model is
+# the offline simulator on the container's loopback, so the container gets no network.
+image-demo:
+	@set -e; engine="$(container_engine)"; \
+	if [ -z "$$engine" ]; then echo "make image-demo needs docker (with a running engine) or podman"; exit 1; fi; \
+	args=(run --rm --init --network none --security-opt seccomp=unconfined --security-opt apparmor=unconfined \
+	      -v "$(abspath $(IMAGE_WORKTREE)):/work"); \
+	if [ "$$engine" = podman ]; then args+=(--security-opt 'unmask=/proc/*'); \
+	else args+=(--security-opt systempaths=unconfined); fi; \
+	owner=$$(stat -c %u:%g "$(IMAGE_WORKTREE)"); \
+	if [ "$$engine" = podman ] && [ "$$(id -u)" != 0 ]; then args+=(--userns "keep-id:uid=$(IMAGE_UID),gid=$(IMAGE_UID)"); \
+	else args+=(--user "$$owner"); [ "$${owner%%:*}" = "$(IMAGE_UID)" ] || args+=(-e HOME=/tmp); \
+	  [ "$${owner%%:*}" != 0 ] || echo "note: $(IMAGE_WORKTREE) is owned by root, so the container runs as root (see README, Container)"; fi; \
+	echo "$$engine $${args[*]} $(IMAGE_RUN_ARGS) $(IMAGE) demo"; \
+	"$$engine" "$${args[@]}" $(IMAGE_RUN_ARGS) "$(IMAGE)" demo
