@@ -41,7 +41,7 @@ $(INSTALLED):
 	  echo "run 'make setup' in that checkout (an editable install here would take it over)"; exit 1; fi;; esac
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[dev]'
+	$(PY) -m pip install -q -e '.[dev,ray]'
 	rm -f $(VENV)/.installed-*
 	touch $@
 

@@ -122,6 +122,14 @@ def _fail(row: dict[str, Any], kind: str, detail: str) -> None:
         row["error_kind"], row["error_detail"] = kind, redact_text(detail)[-TAIL:]
 
 
+def infra_error(spec: CellSpec, detail: str) -> CellResult:
+    """The row of a cell the harness could not run at all (e.g. its worker was lost on every try)."""
+    row = _base_row(spec)
+    _fail(row, "infra-error", detail)
+    row["recorded_at"] = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    return CellResult(row)
+
+
 class _Timer:
     def __init__(self, row: dict[str, Any], phase: str) -> None:
         self.row, self.phase = row, phase

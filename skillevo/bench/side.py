@@ -157,6 +157,18 @@ def build_cells(p: SidePlan, skills_dir: Path, overlay_dir: Path | None, bench: 
     return cells
 
 
+def _executor(params: dict[str, Any], bench: dict[str, Any], api_key: str | None) -> Executor:
+    """bench.executor: local (cells on this machine) or ray (cells as tasks on a Ray cluster)."""
+    kind = bench.get("executor", "local")
+    if kind == "ray":
+        from skillevo.bench.ray_executor import RayExecutor  # noqa: PLC0415 - the optional `ray` extra
+
+        return RayExecutor.from_params(params, api_key)
+    if kind != "local":
+        raise ParamsError(f"params.yaml: bench.executor: {kind!r} is not one of local, ray")
+    return LocalExecutor(int(bench.get("workers", 2)), api_key)
+
+
 def run_side(p: SidePlan, tasks_file: Path, skills_dir: Path, overlay_dir: Path | None, params: dict[str, Any],
              out: Path, *, executor: Executor | None = None, quiet: bool = False,
              scratch_root: Path | None = None) -> list[dict[str, Any]]:
@@ -175,7 +187,7 @@ def run_side(p: SidePlan, tasks_file: Path, skills_dir: Path, overlay_dir: Path 
         mdl, api_key = model(params, sim_url)
         cells = build_cells(p, skills_dir, overlay_dir, bench, mdl, scratch)
         writer = _Writer(out, len(cells), quiet)
-        runner = executor or LocalExecutor(int(bench.get("workers", 2)), api_key)
+        runner = executor or _executor(params, bench, api_key)
         with _cancel_on_signals() as cancel:
             try:
                 runner.run(cells, writer, cancel)
