@@ -25,7 +25,7 @@ from skillevo.agent import cli
 from skillevo.bench.cell import CellSpec, run_cell
 from skillevo.bench.executor import LocalExecutor
 from skillevo.bench.side import build_cells, plan
-from skillevo.simulator import Simulator, load_all
+from skillevo.simulator import Simulator, load_dir
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -100,7 +100,7 @@ def main() -> None:
     skills = ROOT / params_mod.section(params, "skills").get("dir", "skills")
     side = plan("incumbent", args.tasks, skills, None, params)
     with tempfile.TemporaryDirectory(prefix="skillevo-bench-cells-") as tmp, \
-            Simulator(load_all(sorted((args.tasks.parent / "playbooks").glob("*.yaml")))) as sim:
+            Simulator(load_dir(args.tasks.parent / "playbooks")) as sim:
         scratch = Path(tmp)
         small = workspace_seconds(side.tasks[0], skills, scratch / "small")
         print(f"workspace, demo target {side.tasks[0].id}: template {small[0]:.3f}s once, {small[1]:.3f}s per cell")

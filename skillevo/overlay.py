@@ -31,6 +31,11 @@ class Limits:
     max_total_bytes: int = 256 << 10
     max_changed_lines: int = 40
 
+    @classmethod
+    def from_params(cls, params: dict) -> "Limits":
+        """params.yaml `propose.max_changed_lines`; the other limits are fixed."""
+        return cls(max_changed_lines=int((params.get("propose") or {}).get("max_changed_lines", 40)))
+
 
 class OverlayRefused(ValueError):
     """The overlay breaks a rule; the message names the file and the rule."""

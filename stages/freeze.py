@@ -48,7 +48,7 @@ def freeze(args: argparse.Namespace) -> dict:
     skills_cfg = params_mod.section(params, "skills")
     skills_dir = args.repo / skills_cfg.get("dir", "skills")
     evolvable = set(skills_cfg.get("evolvable") or [])
-    limits = overlay.Limits(max_changed_lines=int(params_mod.section(params, "propose").get("max_changed_lines", 40)))
+    limits = overlay.Limits.from_params(params)
     files = overlay.read_overlay(args.overlay.absolute(), limits)
     oracle_bytes = [data for t in tasks.load(args.tasks) for _, data in t.oracle_files]
     changed = overlay.validate(files, skills_dir, evolvable, oracle_bytes, limits)

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from skillevo import overlay, propose
 from skillevo import params as params_mod
-from skillevo.simulator import Simulator, load_all
+from skillevo.simulator import Simulator, load_dir
 from skillevo.simulator.proposer import SimulatedProposer
 
 
@@ -34,12 +34,12 @@ def main(argv: list[str] | None = None) -> int:
     skills_cfg = params_mod.section(params, "skills")
     evolvable = list(skills_cfg.get("evolvable") or [])
     prop = params_mod.section(params, "propose")
-    limits = overlay.Limits(max_changed_lines=int(prop.get("max_changed_lines", 40)))
+    limits = overlay.Limits.from_params(params)
     try:
         with ExitStack() as stack:
             sim_url = None
             if params_mod.section(params, "model").get("backend", "simulator") == "simulator":
-                book = load_all(sorted(args.playbooks.glob("*.yaml")))
+                book = load_dir(args.playbooks)
                 sim = stack.enter_context(Simulator(book, responders={"proposer": SimulatedProposer(book, set(evolvable))}))
                 sim_url = sim.url("proposer")
             model, api_key = params_mod.model(params, sim_url)

@@ -29,7 +29,7 @@ from skillevo.bench.report import write_report
 from skillevo.digests import canonical_json, framed_digest
 from skillevo.params import Model, ParamsError, model, model_binding, section
 from skillevo.schemas import validate
-from skillevo.simulator import Simulator, load_all
+from skillevo.simulator import Simulator, load_dir
 
 SIDES = ("incumbent", "candidate")
 
@@ -182,8 +182,7 @@ def run_side(p: SidePlan, tasks_file: Path, skills_dir: Path, overlay_dir: Path 
         scratch = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="skillevo-bench-", dir=scratch_root)))
         sim_url = None
         if section(params, "model").get("backend", "simulator") == "simulator":
-            books = sorted((tasks_file.parent / "playbooks").glob("*.yaml"))
-            sim_url = stack.enter_context(Simulator(load_all(books))).url()
+            sim_url = stack.enter_context(Simulator(load_dir(tasks_file.parent / "playbooks"))).url()
         mdl, api_key = model(params, sim_url)
         cells = build_cells(p, skills_dir, overlay_dir, bench, mdl, scratch)
         writer = _Writer(out, len(cells), quiet)

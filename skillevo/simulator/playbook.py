@@ -100,6 +100,11 @@ def load(path: str | Path) -> Playbook:
     return parse(doc, path)
 
 
+def load_dir(directory: Path) -> Playbook:
+    """Every `*.yaml` playbook in a directory (tasks/playbooks/), in name order."""
+    return load_all(sorted(Path(directory).glob("*.yaml")))
+
+
 def load_all(paths: list[Path]) -> Playbook:
     """Several playbook files as one (each target project may ship its own)."""
     books = [load(p) for p in paths]
