@@ -1,0 +1,293 @@
+"""The filesystem rules every stage shares: walk without following links, read within bounds, write durably.
+
+Everything an agent or a teammate could have touched is read here: a symlink or a device where a file should
+be is refused (naming the path and the rule), a file over its limit is never read whole, and a write either
+lands completely (fsynced, renamed into place, directory fsynced) or not at all.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import secrets
+import shutil
+import stat
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+
+from skillevo.errors import BadInput
+
+DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+_READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+
+
+class TooLarge(BadInput):
+    """A file over the limit its reader allows; refused before it is read whole."""
+
+
+_CREATE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+def _kind(st: os.stat_result) -> str:
+    if stat.S_ISLNK(st.st_mode):
+        return "is a symlink (rule: no symlinks)"
+    return "is not a regular file (rule: no devices, fifos or sockets)"
+
+
+def read_at_stat(dir_fd: int | None, name: str | Path, where: str, *, max_bytes: int,
+                 what: str = "file") -> tuple[bytes, os.stat_result]:
+    """A regular file's bytes and the fstat of the very file read, opened without following a link, refused
+    past `max_bytes`. FileNotFoundError passes through (callers decide whether missing is an error); every other
+    refusal is BadInput naming `where`."""
+    try:
+        fd = os.open(name, _READ_FLAGS, dir_fd=dir_fd)
+    except OSError as e:
+        if e.errno == errno.ELOOP:
+            raise BadInput(f"{where}: {what} is a symlink (rule: no symlinks)") from None
+        raise
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise BadInput(f"{where}: {what} {_kind(st)}")
+        if st.st_size > max_bytes:
+            raise TooLarge(f"{where}: {what} is {st.st_size} bytes, over the limit of {max_bytes} (rule: size limit)")
+        chunks, total = [], 0
+        while chunk := os.read(fd, 1 << 20):
+            total += len(chunk)
+            if total > max_bytes:  # it grew while we read
+                raise TooLarge(f"{where}: {what} is over the limit of {max_bytes} bytes (rule: size limit)")
+            chunks.append(chunk)
+        return b"".join(chunks), st
+    finally:
+        os.close(fd)
+
+
+def read_at(dir_fd: int | None, name: str | Path, where: str, *, max_bytes: int, what: str = "file") -> bytes:
+    """read_at_stat without the stat."""
+    return read_at_stat(dir_fd, name, where, max_bytes=max_bytes, what=what)[0]
+
+
+def read_file(path: str | Path, *, max_bytes: int, what: str = "file") -> bytes:
+    """read_at for a path; a missing file is BadInput too (callers that allow absence check first)."""
+    try:
+        return read_at(None, path, str(path), max_bytes=max_bytes, what=what)
+    except FileNotFoundError:
+        raise BadInput(f"{path}: {what} does not exist") from None
+    except IsADirectoryError:
+        raise BadInput(f"{path}: {what} is a directory, not a file") from None
+
+
+def plain_parts(rel: str, where: str) -> list[str]:
+    """A relative POSIX path as its components; anything that could leave the root ('/', '.', '..', empty parts,
+    NUL) is BadInput naming `where`."""
+    parts = rel.split("/")
+    if not rel or "\0" in rel or any(p in ("", ".", "..") for p in parts):
+        raise BadInput(f"{where}: {rel!r} is not a plain relative path (rule: no '/', '.', '..' or empty parts)")
+    return parts
+
+
+def open_dir_below(root: str | Path | int, parts: list[str], where: str) -> int:
+    """An fd of root/parts..., each component opened with O_NOFOLLOW, so no link on the way is followed.
+
+    `root` is a path or an fd the caller holds (it stays open). Refusals name `<where>/<component>`.
+    """
+    fd = os.dup(root) if isinstance(root, int) else os.open(root, DIR_FLAGS)
+    try:
+        for i, part in enumerate(parts):
+            if part in ("", ".", ".."):
+                raise BadInput(f"{where}: not a plain relative path (rule: no '.', '..' or empty parts)")
+            sub = "/".join(parts[: i + 1])
+            try:
+                st = os.lstat(part, dir_fd=fd)
+            except FileNotFoundError:
+                raise BadInput(f"{sub}: does not exist (under {where})") from None
+            if not stat.S_ISDIR(st.st_mode):
+                raise BadInput(f"{sub}: {_kind(st) if stat.S_ISLNK(st.st_mode) else 'is not a directory'}")
+            child = os.open(part, DIR_FLAGS, dir_fd=fd)
+            os.close(fd)
+            fd = child
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def read_below(root: str | Path, rel: str, *, max_bytes: int, what: str = "file") -> bytes:
+    """root/rel read without following a link in any component of rel; missing is BadInput."""
+    where = f"{root}/{rel}"
+    parts = plain_parts(rel, where)
+    try:
+        fd = open_dir_below(root, parts[:-1], str(root))
+        try:
+            return read_at(fd, parts[-1] or ".", where, max_bytes=max_bytes, what=what)
+        finally:
+            os.close(fd)
+    except FileNotFoundError:
+        raise BadInput(f"{where}: {what} does not exist") from None
+    except IsADirectoryError:
+        raise BadInput(f"{where}: {what} is a directory, not a file") from None
+
+
+def decode(data: bytes, where: str, what: str = "file", *, allow_nul: bool = True) -> str:
+    """UTF-8 text or BadInput naming where the first bad byte is."""
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise BadInput(f"{where}: {what} is not UTF-8 text (bad byte at offset {e.start}) (rule: UTF-8)") from None
+    if not allow_nul and "\0" in text:
+        raise BadInput(f"{where}: {what} holds a NUL byte at offset {text.index(chr(0))} (rule: text without NUL)")
+    return text
+
+
+def read_text(path: str | Path, *, max_bytes: int, what: str = "file", allow_nul: bool = True) -> str:
+    return decode(read_file(path, max_bytes=max_bytes, what=what), str(path), what, allow_nul=allow_nul)
+
+
+def walk(root: str | Path, *, ignore: frozenset[str] = frozenset(), max_entries: int = 100_000) -> Iterator[str]:
+    """Relative POSIX paths of every regular file below `root`, in sorted order, directories opened one fd at a
+    time with O_NOFOLLOW. A symlink or special file anywhere (root included) is BadInput naming it."""
+    root = Path(root)
+    try:
+        top = os.open(root, DIR_FLAGS)
+    except OSError as e:
+        if e.errno in (errno.ELOOP, errno.ENOTDIR):
+            raise BadInput(f"{root}: must be a directory reached without symlinks (rule: no symlinks)") from None
+        if e.errno == errno.ENOENT:
+            raise BadInput(f"{root}: directory does not exist") from None
+        raise
+    count = 0
+
+    def visit(fd: int, prefix: str) -> Iterator[str]:
+        nonlocal count
+        with os.scandir(fd) as entries:
+            names = sorted(e.name for e in entries)
+        for name in names:
+            if name in ignore:
+                continue
+            count += 1
+            rel = f"{prefix}{name}"
+            if count > max_entries:
+                raise BadInput(f"{root}/{rel}: more than {max_entries} entries below {root} (rule: entry count)")
+            st = os.lstat(name, dir_fd=fd)
+            if stat.S_ISDIR(st.st_mode):
+                child = os.open(name, DIR_FLAGS, dir_fd=fd)
+                try:
+                    yield from visit(child, rel + "/")
+                finally:
+                    os.close(child)
+            elif stat.S_ISREG(st.st_mode):
+                yield rel
+            else:
+                raise BadInput(f"{root}/{rel}: {_kind(st)}")
+
+    try:
+        yield from visit(top, "")
+    finally:
+        os.close(top)
+
+
+def read_tree(root: str | Path, *, max_file_bytes: int, max_total_bytes: int, max_files: int = 100_000,
+              ignore: frozenset[str] = frozenset(), what: str = "file") -> dict[str, bytes]:
+    """Every regular file below `root` by relative POSIX path, within per-file and total limits."""
+    root = Path(root)
+    files: dict[str, bytes] = {}
+    total = 0
+    for rel in walk(root, ignore=ignore, max_entries=max(max_files * 4, 1024)):
+        if len(files) >= max_files:
+            raise BadInput(f"{root}/{rel}: more than {max_files} files below {root} (rule: file count)")
+        data = read_at(None, root / rel, f"{root}/{rel}", max_bytes=max_file_bytes, what=what)
+        total += len(data)
+        if total > max_total_bytes:
+            raise BadInput(f"{root}/{rel}: the files below {root} exceed {max_total_bytes} bytes in all "
+                           "(rule: total size)")
+        files[rel] = data
+    return files
+
+
+def create_at(dir_fd: int | None, name: str | Path, data: bytes, *, mode: int = 0o644) -> int:
+    """Create `name` exclusively (never through a link), write and fsync it; returns its inode.
+
+    A failure leaves no half-written file behind.
+    """
+    fd = os.open(name, _CREATE_FLAGS, 0o600, dir_fd=dir_fd)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+        os.fchmod(fd, mode)
+        os.fsync(fd)
+        return os.fstat(fd).st_ino
+    except BaseException:
+        os.unlink(name, dir_fd=dir_fd)
+        raise
+    finally:
+        os.close(fd)
+
+
+def fsync_dir(path_or_fd: str | Path | int) -> None:
+    if isinstance(path_or_fd, int):
+        os.fsync(path_or_fd)
+        return
+    fd = os.open(path_or_fd, DIR_FLAGS)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def write_atomic(path: str | Path, data: bytes, *, mode: int = 0o644) -> None:
+    """Replace `path` so that a reader, or a rerun after a crash, sees the old bytes or the new ones, never half."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{secrets.token_hex(6)}.tmp")
+    create_at(None, tmp, data, mode=mode)
+    try:
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    fsync_dir(path.parent)
+
+
+def remove_tree(path: str | Path) -> None:
+    """Remove a tree we wrote, read-only directories (frozen copies) included; links are removed, not followed."""
+    path = Path(path)
+    if not path.exists() and not path.is_symlink():
+        return
+    if path.is_symlink() or not path.is_dir():
+        path.unlink()
+        return
+    for dirpath, dirnames, _ in os.walk(path):
+        os.chmod(dirpath, 0o755)
+        dirnames[:] = [d for d in dirnames if not os.path.islink(os.path.join(dirpath, d))]
+    shutil.rmtree(path)
+
+
+def write_tree(dest: str | Path, files: Mapping[str, bytes], *, file_mode: int = 0o644,
+               dir_mode: int = 0o755, dirs: tuple[str, ...] = ()) -> None:
+    """Write `files` (relative POSIX path -> bytes) as a new directory `dest`, all or nothing.
+
+    The tree is built in a temporary sibling, every file fsynced, then renamed into place; `dest` must not
+    exist (the caller decides what may be replaced).
+    """
+    dest = Path(dest)
+    if dest.exists() or dest.is_symlink():
+        raise FileExistsError(errno.EEXIST, "already exists", str(dest))
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    tmp = dest.with_name(f".{dest.name}.{secrets.token_hex(6)}.tmp")
+    tmp.mkdir(mode=0o700)
+    try:
+        for rel in dirs:
+            (tmp / rel).mkdir(parents=True, exist_ok=True)
+        for rel in sorted(files):
+            plain_parts(rel, f"{dest}/{rel}")
+            (tmp / rel).parent.mkdir(parents=True, exist_ok=True)
+            create_at(None, tmp / rel, files[rel], mode=file_mode)
+        for dirpath, _, _ in os.walk(tmp, topdown=False):
+            fsync_dir(dirpath)
+            os.chmod(dirpath, dir_mode)
+        os.rename(tmp, dest)
+    except BaseException:
+        remove_tree(tmp)
+        raise
+    fsync_dir(dest.parent)
