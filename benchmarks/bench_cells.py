@@ -19,8 +19,7 @@ import time
 from pathlib import Path
 
 from benchmarks import bare
-from skillevo import params as params_mod
-from skillevo import sandbox, tasks, workspace
+from skillevo import config, models, sandbox, tasks, workspace
 from skillevo.agent import cli
 from skillevo.bench.cell import CellSpec, run_cell
 from skillevo.bench.executor import LocalExecutor
@@ -55,7 +54,7 @@ def _task_for(target: Path, root: Path) -> tasks.Task:
     (root / "tasks.yaml").write_text(
         "schema_version: 1\ntasks:\n  - {id: big, class: trivial, target: %s, prompt: p, verify: 'true',\n"
         "     oracle: {command: 'true', files: [{source: o.py, target: o.py}]}}\n" % target)
-    return tasks.load(root / "tasks.yaml")[0]
+    return tasks.load(root / "tasks.yaml", target_roots=[target])[0]  # a target outside tasks/, allowed by name
 
 
 def workspace_seconds(task: tasks.Task, skills: Path, scratch: Path, repeats: int = 5) -> tuple[float, float]:
@@ -95,10 +94,10 @@ def main() -> None:
     args = parser.parse_args()
     sandbox.preflight()
     binary = cli.locate()
-    params = params_mod.load(args.params)
-    params["bench"] = {**params_mod.section(params, "bench"), "runs": 1}
-    skills = ROOT / params_mod.section(params, "skills").get("dir", "skills")
+    params = config.load(args.params)
+    skills = ROOT / params.skills.skills
     side = plan("incumbent", args.tasks, skills, None, params)
+    side.runs = 1
     with tempfile.TemporaryDirectory(prefix="skillevo-bench-cells-") as tmp, \
             Simulator(load_dir(args.tasks.parent / "playbooks")) as sim:
         scratch = Path(tmp)
@@ -112,8 +111,8 @@ def main() -> None:
             large = workspace_seconds(_task_for(Path(hist) / "big-repo", Path(hist) / "tasks"), skills, Path(hist) / "large")
         print(f"workspace, 10,000-commit target: template {large[0]:.3f}s once, {large[1]:.3f}s per cell")
 
-        mdl, _ = params_mod.model(params, sim.url())
-        cells = build_cells(side, skills, None, params["bench"], mdl, scratch)
+        mdl, _ = models.resolve(params.model, sim.url())
+        cells = build_cells(side, params.bench, mdl, scratch)
         bare_cell(cells[0], binary)  # warm the page cache for the 200 MB binary
         cell_walls, bare_walls = [], []
         for cell in cells:
@@ -136,7 +135,7 @@ def main() -> None:
             from skillevo.bench.ray_executor import RayExecutor  # noqa: PLC0415 - optional engine
             done = []
             start = time.monotonic()
-            RayExecutor.from_params(params).run(cells, lambda c, r: done.append(r), threading.Event())
+            RayExecutor.from_params(params.bench).run(cells, lambda c, r: done.append(r), threading.Event())
             ray_rate = len(done) / (time.monotonic() - start) * 60
             print(f"ray_cells_per_minute={ray_rate:.1f}")
     print(f"workspace_s={small[1]:.3f},{large[1]:.3f}")

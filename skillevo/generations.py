@@ -12,25 +12,30 @@ through previous/, which the evidence stage reads.
 from __future__ import annotations
 
 import argparse
-import json
 import shutil
 import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
+from skillevo import documents, layout, safefs, stage
 from skillevo.digests import sha256_file
+from skillevo.errors import SkillevoError
 
-RESULTS = Path("results")
-PREVIOUS = Path("previous")
+RESULTS = layout.RESULTS
+PREVIOUS = layout.PREVIOUS
 ARCHIVE = Path("generations")
 HANDED_ON = {"bench-candidate": "bench-candidate", "gate": "gate", "proposal/proposal.md": "proposal.md"}
 ARCHIVED = ("gate", "proposal", "freeze/manifest.json", "evidence/manifest.json", "bench-candidate",
             "bench-incumbent/bench.json", "bench-incumbent/report.md")
 
 
+def _json(path: Path) -> Any:
+    return documents.load_json(path, what="pipeline output")
+
+
 def decisions(results: Path = RESULTS) -> list[dict[str, Any]]:
-    return json.loads((results / "gate/promotion.json").read_text())["decisions"]
+    return _json(results / "gate/promotion.json")["decisions"]
 
 
 def promoted(ds: list[dict[str, Any]]) -> bool:
@@ -54,12 +59,12 @@ def archive(results: Path = RESULTS, archive_dir: Path = ARCHIVE) -> Path:
             _copy(results / rel, dest / rel)
     incumbent_rows = results / "bench-incumbent/results.jsonl"
     prior = sorted(archive_dir.glob("gen-*/meta.json"))
-    prior_sha = json.loads(prior[-1].read_text())["incumbent_results_sha256"] if prior else None
+    prior_sha = _json(prior[-1])["incumbent_results_sha256"] if prior else None
     sha = sha256_file(incumbent_rows)
-    proposer = json.loads((results / "proposal/session.json").read_text())
+    proposer = _json(results / "proposal/session.json")
     meta = {"generation": n, "incumbent_results_sha256": sha, "incumbent_reused": sha == prior_sha,
             "proposer_cost_usd": proposer.get("cost_usd"), "proposer_sessions": 1 if proposer.get("session_id") else 0}
-    (dest / "meta.json").write_text(json.dumps(meta, indent=1, sort_keys=True) + "\n")
+    safefs.write_atomic(dest / "meta.json", documents.dump_json(meta))
     return dest
 
 
@@ -74,7 +79,9 @@ def hand_on(results: Path = RESULTS, previous: Path = PREVIOUS) -> None:
 
 def _run(cmd: list[str]) -> None:
     print("+ " + " ".join(cmd), flush=True)
-    subprocess.run(cmd, check=True)
+    code = subprocess.run(cmd).returncode
+    if code != 0:
+        raise SkillevoError(f"`{' '.join(cmd)}` exited {code}; its output above says why")
 
 
 def evolve(generations: int, dvc: str) -> int:
@@ -97,9 +104,9 @@ def evolve(generations: int, dvc: str) -> int:
 def rows(archive_dir: Path = ARCHIVE) -> list[dict[str, Any]]:
     out = []
     for gen in sorted(archive_dir.glob("gen-*")):
-        meta = json.loads((gen / "meta.json").read_text())
-        metrics = json.loads((gen / "gate/metrics.json").read_text())
-        ds = json.loads((gen / "gate/promotion.json").read_text())["decisions"]
+        meta = _json(gen / "meta.json")
+        metrics = _json(gen / "gate/metrics.json")
+        ds = _json(gen / "gate/promotion.json")["decisions"]
         spent = metrics.get("candidate.total_cost_usd", 0.0) + (meta["proposer_cost_usd"] or 0.0)
         sessions = metrics.get("candidate.sessions", 0) + meta["proposer_sessions"]
         if not meta["incumbent_reused"]:
@@ -134,20 +141,27 @@ def status(results: Path = RESULTS) -> str:
     return "\n".join(lines)
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m skillevo.generations", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    sub = parser.add_subparsers(dest="command", required=True)
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m skillevo.generations", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = p.add_subparsers(dest="command", required=True)
     ev = sub.add_parser("evolve", help="run generations until one promotes")
     ev.add_argument("--generations", type=int, default=1)
     ev.add_argument("--dvc", default="dvc")
     sub.add_parser("report", help="a table of all archived generations")
     sub.add_parser("status", help="the current generation's decision")
-    args = parser.parse_args(argv)
+    return p
+
+
+def run(args: argparse.Namespace) -> str | None:
     if args.command == "evolve":
-        return evolve(args.generations, args.dvc)
-    print(report() if args.command == "report" else status())
-    return 0
+        evolve(args.generations, args.dvc)
+        return None
+    return report() if args.command == "report" else status()
+
+
+def main(argv: list[str] | None = None) -> int:
+    return stage.main("generations", parser(), run, argv)
 
 
 if __name__ == "__main__":

@@ -7,56 +7,55 @@ leaves it until it passes the overlay rules.
 
 from __future__ import annotations
 
-import json
-import shutil
 import tempfile
 from pathlib import Path
+from typing import Any
 
-from skillevo import overlay
+from skillevo import documents, layout, overlay, safefs
 from skillevo.agent import SessionSpec, run_session
+from skillevo.errors import BadInput
+from skillevo.models import Model
+from skillevo.oracle_guard import OracleGuard
 from skillevo.sandbox import Mount
 
 EVIDENCE_DST = "/evidence"
 MAX_PROPOSAL_BYTES = 256 << 10
+MAX_PROMPT_BYTES = 64 << 10
 TOOLS = ("Read", "Write", "Edit", "Bash", "Glob", "Grep")
 
 
-class ProposalRefused(ValueError):
-    pass
+class ProposalRefused(BadInput):
+    """The proposer's session failed, or what it wrote breaks a rule."""
 
 
-def render_prompt(template: str, evolvable: list[str], max_changed_lines: int) -> str:
+def render_prompt(template_path: Path, evolvable: list[str], max_changed_lines: int) -> str:
+    template = safefs.read_text(template_path, max_bytes=MAX_PROMPT_BYTES, what="proposer prompt template")
     return template.replace("{evolvable}", ", ".join(evolvable)).replace("{max_changed_lines}", str(max_changed_lines))
 
 
-def run(*, prompt: str, skills_dir: Path, evidence_dir: Path, evolvable: list[str], model: str, endpoint: str,
-        api_key: str | None, limits: overlay.Limits, out: Path, timeout_s: float, effort: str | None = None) -> dict:
+def run(*, prompt: str, skills_dir: Path, evidence_dir: Path, evolvable: list[str], model: Model,
+        api_key: str | None, limits: overlay.Limits, out: Path, timeout_s: float) -> dict[str, Any]:
     """Run the session; export overlay/, proposal.md and session.json to `out` (which must be empty)."""
-    if out.exists() and any(out.iterdir()):
-        raise ProposalRefused(f"{out} is not empty")
+    if out.exists() and (out.is_symlink() or not out.is_dir() or any(out.iterdir())):
+        raise ProposalRefused(f"{out}: not an empty directory (rule: a proposal is written once)")
+    family = layout.read_family(skills_dir)
     with tempfile.TemporaryDirectory(prefix="skillevo-propose-") as tmp:
         ws = Path(tmp) / "ws"
-        for skill in sorted(p.name for p in skills_dir.iterdir() if (p / "SKILL.md").is_file()):
-            shutil.copytree(skills_dir / skill, ws / "skills" / skill)
+        safefs.write_tree(ws / "skills", family)
         (ws / "out").mkdir(parents=True)
         record = run_session(SessionSpec(
-            prompt=prompt, workspace=ws, model=model, endpoint=endpoint, api_key=api_key,
+            prompt=prompt, workspace=ws, model=model.name, endpoint=model.endpoint, api_key=api_key,
             transcript_dir=out / "transcripts", transcript_name="proposer", expected_skill=None,
             readonly_paths=(), mounts=(Mount(evidence_dir.absolute(), EVIDENCE_DST),), tools=TOOLS,
-            timeout_s=timeout_s, effort=effort))
-        (out / "session.json").write_text(json.dumps(record, indent=1, sort_keys=True) + "\n")
+            timeout_s=timeout_s, effort=model.effort))
+        safefs.write_atomic(out / "session.json", documents.dump_json(record))
         if not record["ok"]:
             raise ProposalRefused(f"the proposer session failed ({record['error_kind']}): {record['error_detail']}")
-        files = overlay.read_overlay(ws / "out/overlay", limits) if (ws / "out/overlay").exists() else {}
-        if not files:
-            raise ProposalRefused("the proposer wrote no overlay under out/overlay/")
-        changed = overlay.validate(files, skills_dir, set(evolvable), [], limits)
-        proposal = ws / "out/proposal.md"
-        if proposal.is_symlink() or not proposal.is_file() or proposal.stat().st_size > MAX_PROPOSAL_BYTES:
-            raise ProposalRefused(f"out/proposal.md must be a regular file of at most {MAX_PROPOSAL_BYTES} bytes")
-        text = proposal.read_bytes().decode("utf-8")  # refuses non-UTF-8 with UnicodeDecodeError (a ValueError)
-        for rel, data in files.items():
-            (out / "overlay" / rel).parent.mkdir(parents=True, exist_ok=True)
-            (out / "overlay" / rel).write_bytes(data)
-        (out / "proposal.md").write_text(text)
+        if not (ws / "out/overlay").exists():
+            raise ProposalRefused("the proposer wrote no overlay under out/overlay/ (rule: one overlay)")
+        files = overlay.read_overlay(ws / "out/overlay", limits)
+        changed = overlay.validate(files, family, set(evolvable), OracleGuard(()), limits, str(skills_dir))
+        text = safefs.read_text(ws / "out/proposal.md", max_bytes=MAX_PROPOSAL_BYTES, what="out/proposal.md")
+    safefs.write_tree(out / "overlay", files)
+    safefs.write_atomic(out / "proposal.md", text.encode())
     return {**record, "changed_lines": changed, "overlay_files": sorted(files)}

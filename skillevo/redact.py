@@ -1,17 +1,20 @@
 """Remove credentials from anything that is stored or printed.
 
-Two layers: literal secrets we know about (the run's API key) and patterns for secrets we do not know
-(Anthropic keys, GitHub tokens, bearer/authorization values, user:password in URLs). Structured data is
-also redacted by key name, so a secret under `x-api-key` is removed even if no pattern matches it.
+Two layers: literal secrets we know about (the run's API key, the credentials in this process's environment)
+and patterns for secrets we do not know (Anthropic keys, GitHub tokens, bearer/authorization values,
+user:password in URLs). Structured data is also redacted by key name, so a secret under `x-api-key` is
+removed even if no pattern matches it, and dictionary keys are redacted like any other text.
 """
 
 from __future__ import annotations
 
+import os
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 REDACTED = "[REDACTED]"
+SECRET_ENV = ("ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN")
 
 _PATTERNS = [
     re.compile(r"sk-ant-[A-Za-z0-9_\-]{8,}"),
@@ -27,7 +30,6 @@ _SECRET_KEYS = re.compile(
 
 
 def _pattern_sub(match: re.Match[str]) -> str:
-    text = match.group(0)
     if match.re is _PATTERNS[2]:
         return f"{match.group(1)}{match.group(2)}{REDACTED}"
     if match.re is _PATTERNS[4]:
@@ -47,7 +49,8 @@ def redact_obj(obj: Any, secrets: Iterable[str] = ()) -> Any:
     secrets = tuple(secrets)
     if isinstance(obj, dict):
         return {
-            k: (REDACTED if _SECRET_KEYS.match(str(k)) and isinstance(v, str) and v else redact_obj(v, secrets))
+            (redact_text(k, secrets) if isinstance(k, str) else k):
+                (REDACTED if _SECRET_KEYS.match(str(k)) and isinstance(v, str) and v else redact_obj(v, secrets))
             for k, v in obj.items()
         }
     if isinstance(obj, list):
@@ -55,3 +58,16 @@ def redact_obj(obj: Any, secrets: Iterable[str] = ()) -> Any:
     if isinstance(obj, str):
         return redact_text(obj, secrets)
     return obj
+
+
+def env_secrets(environ: Mapping[str, str] | None = None) -> tuple[str, ...]:
+    """Literal credentials to redact wherever they appear: the model keys in the environment, if set."""
+    environ = os.environ if environ is None else environ
+    return tuple(sorted({environ[k] for k in SECRET_ENV if environ.get(k)}))
+
+
+def leaks(data: bytes | str, secrets: Iterable[str] = ()) -> bool:
+    """Whether text still carries a known secret or an Anthropic key after redaction (the last check before
+    anything is written where a proposer or a teammate reads it)."""
+    text = data.decode("utf-8", errors="replace") if isinstance(data, bytes) else data
+    return any(s in text for s in secrets if len(s) >= 4) or _PATTERNS[0].search(text) is not None

@@ -4,28 +4,36 @@ A *task binding* says exactly what was measured: the target's tree (a git commit
 for a plain directory), the sha256 of the prompt, setup, verify and oracle command, and every hidden
 oracle file's target, sha256 and size. Bindings are computed once per generation; a run whose inputs
 drift from its bindings is not comparable with the others.
+
+A target is copied into every agent workspace and so reaches the model: it must resolve inside the tasks
+directory or under a root that params.yaml `tasks.target_roots` names explicitly.
 """
 
 from __future__ import annotations
 
+import io
 import os
-import stat
 import subprocess
+import tarfile
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
-
+from skillevo import documents, safefs
 from skillevo.digests import framed_digest, sha256_bytes, sha256_json, sha256_text
-from skillevo.schemas import InvalidDocument, validate
+from skillevo.errors import BadInput
+from skillevo.schemas import validate
 
+MAX_TASKS_BYTES = 4 << 20
 MAX_ORACLE_FILE = 512 << 10
 MAX_ORACLE_TOTAL = 2 << 20
-IGNORED_DIRS = {"__pycache__", ".pytest_cache"}  # tool caches a developer may leave in a target
+MAX_TARGET_FILE = 64 << 20
+MAX_TARGET_TOTAL = 1 << 30
+IGNORED_DIRS = frozenset({"__pycache__", ".pytest_cache"})  # tool caches a developer may leave in a target
 
 
-class TaskError(InvalidDocument):
+class TaskError(BadInput):
     """A task definition is unsafe or inconsistent; the message names the task, the field and the rule."""
 
 
@@ -54,36 +62,25 @@ def _fail(task_id: str, field: str, rule: str, source: Path) -> TaskError:
     return TaskError(f"{source}: task {task_id!r}: {field}: {rule}")
 
 
-def _no_symlink_below(root: Path, rel: str) -> Path:
-    """Resolve root/rel refusing a symlink in any component (so `..` cannot be reached through one)."""
-    path = root
-    for part in Path(rel).parts:
-        path = path / part
-        if path.is_symlink():
-            raise ValueError(f"{path} is a symlink")
-    return path
-
-
 def dir_entries(root: Path) -> list[tuple[str, bytes]]:
-    """Every regular file under a plain-directory target; anything else is refused."""
-    entries = []
-    for dirpath, dirnames, filenames in os.walk(root):
-        dirnames[:] = sorted(d for d in dirnames if d not in IGNORED_DIRS)
-        for name in dirnames + filenames:
-            st = os.lstat(os.path.join(dirpath, name))
-            if stat.S_ISLNK(st.st_mode):
-                raise ValueError(f"{os.path.join(dirpath, name)} is a symlink")
-            if not (stat.S_ISDIR(st.st_mode) or stat.S_ISREG(st.st_mode)):
-                raise ValueError(f"{os.path.join(dirpath, name)} is not a regular file")
-        for name in filenames:
-            full = Path(dirpath, name)
-            entries.append((full.relative_to(root).as_posix(), full.read_bytes()))
-    return entries
+    """Every regular file under a plain-directory target; links and special files are refused."""
+    return sorted(safefs.read_tree(root, max_file_bytes=MAX_TARGET_FILE, max_total_bytes=MAX_TARGET_TOTAL,
+                                   ignore=IGNORED_DIRS, what="target file").items())
 
 
-def _resolve_target(raw: dict, base: Path, source: Path) -> tuple[Path, str, str]:
+def _inside(path: Path, root: Path) -> bool:
+    return path == root or root in path.parents
+
+
+def _resolve_target(raw: dict, base: Path, roots: tuple[Path, ...], source: Path) -> tuple[Path, str, str]:
     tid = raw["id"]
     target = (base / raw["target"]).absolute()
+    real = Path(os.path.realpath(target))
+    allowed = (Path(os.path.realpath(base)), *(Path(os.path.realpath(r)) for r in roots))
+    if not any(_inside(real, root) for root in allowed):
+        raise _fail(tid, "target", f"{raw['target']} resolves to {real}, outside {base} and every params "
+                                   "tasks.target_roots entry (rule: targets stay inside the tasks directory or an "
+                                   "allowed root)", source)
     if target.is_symlink() or not target.is_dir():
         raise _fail(tid, "target", f"{raw['target']} must be an existing directory, not a symlink", source)
     if (target / ".claude").exists():
@@ -99,7 +96,7 @@ def _resolve_target(raw: dict, base: Path, source: Path) -> tuple[Path, str, str
         raise _fail(tid, "ref", "ref applies to git targets only; this target is a plain directory", source)
     try:
         return target, "dir", framed_digest(dir_entries(target))
-    except (ValueError, OSError) as e:
+    except BadInput as e:
         raise _fail(tid, "target", f"refused: {e}", source) from None
 
 
@@ -112,34 +109,30 @@ def _oracle_files(raw: dict, oracle_root: Path, source: Path) -> tuple[tuple[str
     out, total = [], 0
     for f in files:
         try:
-            path = _no_symlink_below(oracle_root, f["source"])
-        except ValueError as e:
+            data = safefs.read_below(oracle_root, f["source"], max_bytes=MAX_ORACLE_FILE, what="oracle file")
+        except BadInput as e:
             raise _fail(tid, "oracle.files[].source", f"refused: {e}", source) from None
-        if not path.is_file():
-            raise _fail(tid, "oracle.files[].source", f"{f['source']} is missing or not a regular file", source)
-        data = path.read_bytes()
         total += len(data)
-        if len(data) > MAX_ORACLE_FILE or total > MAX_ORACLE_TOTAL:
-            raise _fail(tid, "oracle.files", f"oracle files exceed {MAX_ORACLE_FILE} bytes each / {MAX_ORACLE_TOTAL} in all", source)
+        if total > MAX_ORACLE_TOTAL:
+            raise _fail(tid, "oracle.files", f"oracle files exceed {MAX_ORACLE_TOTAL} bytes in all "
+                                             "(rule: oracle size)", source)
         out.append((f["target"], data))
     return tuple(sorted(out))
 
 
-def load(path: str | Path, *, default_timeout_s: int = 1800) -> list[Task]:
+def load(path: str | Path, *, target_roots: Iterable[str | Path] = (), default_timeout_s: int = 1800) -> list[Task]:
     """Every task of a tasks file, validated and bound."""
     source = Path(path)
-    try:
-        doc = yaml.safe_load(source.read_text(encoding="utf-8"))
-    except (OSError, yaml.YAMLError) as e:
-        raise TaskError(f"{source}: cannot read tasks: {e}") from None
+    doc = documents.load_yaml(source, what="tasks file", max_bytes=MAX_TASKS_BYTES)
     validate(doc, "tasks.schema.json", source)
     base, oracle_root = source.parent, source.parent / "oracles"
+    roots = tuple(Path(r) for r in target_roots)
     tasks, seen = [], set()
     for raw in doc["tasks"]:
         if raw["id"] in seen:
             raise _fail(raw["id"], "id", "duplicate task id", source)
         seen.add(raw["id"])
-        target, kind, tree = _resolve_target(raw, base, source)
+        target, kind, tree = _resolve_target(raw, base, roots, source)
         oracle = _oracle_files(raw, oracle_root, source)
         binding = {
             "id": raw["id"],
@@ -168,3 +161,34 @@ def select(tasks: list[Task], include_expensive: bool) -> tuple[list[Task], list
     if not chosen:
         raise TaskError("no task left to run after skipping expensive tasks")
     return chosen, skipped
+
+
+def archive(task: Task) -> bytes:
+    """A git target's pinned commit as tar bytes (`git archive`): the one way a git tree leaves its repository."""
+    out = subprocess.run(["git", "-C", str(task.target_dir), "archive", "--format=tar", task.tree],
+                         capture_output=True)
+    if out.returncode != 0:
+        raise TaskError(f"task {task.id}: cannot read its target tree {task.tree}: "
+                        f"{out.stderr.decode(errors='replace').strip()[-300:]}")
+    return out.stdout
+
+
+def tree_files(task: Task) -> Iterator[tuple[str, bytes]]:
+    """The task's pinned tree as (path, bytes): the git commit's files, or the plain directory's."""
+    if task.target_kind == "dir":
+        yield from dir_entries(task.target_dir)
+        return
+    with tarfile.open(fileobj=io.BytesIO(archive(task))) as tar:
+        for member in tar:
+            if member.isfile():
+                f = tar.extractfile(member)
+                if f is not None:
+                    yield member.name, f.read()
+
+
+def visible_texts(task: Task) -> Iterator[bytes]:
+    """What the agent of a task can see: its prompt, setup and verify commands, its pinned target tree."""
+    for text in (task.prompt, task.setup or "", task.verify):
+        yield text.encode()
+    for _, data in tree_files(task):
+        yield data

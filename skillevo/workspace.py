@@ -16,7 +16,8 @@ import subprocess
 import tarfile
 from pathlib import Path
 
-from skillevo.tasks import Task, dir_entries
+from skillevo.errors import BadInput, BrokenEnvironment
+from skillevo.tasks import Task, archive, dir_entries
 
 _GIT_ENV = {
     "GIT_CONFIG_NOSYSTEM": "1", "GIT_CONFIG_GLOBAL": "/dev/null", "GIT_TERMINAL_PROMPT": "0",
@@ -26,8 +27,8 @@ _GIT_ENV = {
 }
 
 
-class WorkspaceError(RuntimeError):
-    pass
+class WorkspaceError(BrokenEnvironment):
+    """git could not build a workspace (a broken or missing git, a full disk)."""
 
 
 def git(cwd: Path, *args: str) -> str:
@@ -43,9 +44,7 @@ def export_tree(task: Task, dest: Path) -> None:
     """The task's pinned tree as plain files in `dest` (which must not exist)."""
     dest.mkdir(parents=True)
     if task.target_kind == "git":
-        data = subprocess.run(["git", "-C", str(task.target_dir), "archive", "--format=tar", task.tree],
-                              capture_output=True, check=True).stdout
-        with tarfile.open(fileobj=io.BytesIO(data)) as tar:
+        with tarfile.open(fileobj=io.BytesIO(archive(task))) as tar:
             tar.extractall(dest, filter="data")
         return
     for rel, content in dir_entries(task.target_dir):
@@ -78,7 +77,8 @@ def build_template(tree: Path, skills_dir: Path, overlay_dir: Path | None, dest:
         _copy_writable(overlay_dir, dest / ".claude" / "skills")
         git(dest, "add", "-A")
         if not git(dest, "status", "--porcelain"):
-            raise WorkspaceError("the candidate overlay is byte-identical to the incumbent skills")
+            raise BadInput(f"{overlay_dir}: the candidate overlay is byte-identical to the incumbent skills "
+                           "(rule: a change is required)")
         git(dest, "commit", "-q", "--no-verify", "-m", "benchmark candidate skill overlay")
     return git(dest, "rev-parse", "HEAD")
 

@@ -13,6 +13,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
+from skillevo.errors import BrokenEnvironment
 from skillevo.pins import CLAUDE_CODE_VERSION
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
@@ -20,7 +21,7 @@ LOCAL_CLI = PROJECT_ROOT / f".tools/claude-code-{CLAUDE_CODE_VERSION}/node_modul
 CLI_DST = "/opt/claude/claude"
 
 
-class CLIMissing(RuntimeError):
+class CLIMissing(BrokenEnvironment):
     """The pinned CLI is not installed (or another version is); the message says to run `make setup`."""
 
 

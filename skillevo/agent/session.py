@@ -71,7 +71,7 @@ def run_session(spec: SessionSpec) -> dict[str, Any]:
     binary = cli.locate()
     secrets = tuple(s for s in (spec.api_key,) if s)
     record: dict[str, Any] = {
-        "ok": False, "error_kind": None, "error_detail": None, "model": spec.model,
+        "ok": False, "error_kind": None, "error_detail": None, "model": spec.model, "served_models": [],
         "cost_usd": None, **{f: 0 for f in stream.USAGE_FIELDS}, "num_turns": 0, "duration_s": 0.0, "wall_s": 0.0,
         "session_id": None, "tool_uses": {}, "expected_skill": spec.expected_skill, "skill_invoked": None,
         "transcript": None, "process_state": None, "returncode": None, "stderr_tail": "",
@@ -103,7 +103,7 @@ def run_session(spec: SessionSpec) -> dict[str, Any]:
         return _failure("session-error", redact_text(detail, secrets), record)
 
     record.update(cost_usd=parsed.cost_usd, **parsed.usage, num_turns=parsed.num_turns, duration_s=parsed.duration_s,
-                  session_id=parsed.session_id, tool_uses=parsed.tool_uses)
+                  session_id=parsed.session_id, tool_uses=parsed.tool_uses, served_models=parsed.served_models)
     try:
         record["transcript"] = transcript.write(transcript.render(parsed.events, secrets), spec.transcript_dir,
                                                 f"{spec.transcript_name}-{parsed.session_id}.jsonl")

@@ -13,11 +13,14 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
+from skillevo.errors import BadInput
+
 USAGE_FIELDS = ("input_tokens", "output_tokens", "cache_creation_input_tokens", "cache_read_input_tokens")
+SYNTHETIC_MODEL = "<synthetic>"  # messages the CLI writes itself (API errors, interruptions): no model served them
 _TOOL_ID = re.compile(r"^[A-Za-z0-9._:-]{1,256}$")
 
 
-class StreamError(ValueError):
+class StreamError(BadInput):
     """The stream is not a well-formed record of one session."""
 
 
@@ -33,6 +36,7 @@ class Parsed:
     tool_uses: dict[str, int] = field(default_factory=dict)
     skill_calls: list[tuple[str, str]] = field(default_factory=list)  # (tool id, skill name)
     tool_results: dict[str, bool] = field(default_factory=dict)  # tool id -> succeeded
+    served_models: list[str] = field(default_factory=list)  # what the API said it served, sorted
 
     @property
     def succeeded(self) -> bool:
@@ -104,8 +108,13 @@ def parse(stdout: bytes) -> Parsed:
                     session_id=session_id)
     tools: Counter[str] = Counter()
     seen_ids: set[str] = set()
+    served: set[str] = set()
     for event in events[: results[0]]:
         message = event.get("message") if event["type"] in ("assistant", "user") else None
+        if event["type"] == "assistant" and isinstance(message, dict):
+            model = message.get("model")
+            if isinstance(model, str) and 0 < len(model) <= 256 and model != SYNTHETIC_MODEL:
+                served.add(model)
         content = message.get("content") if isinstance(message, dict) else None
         for block in content if isinstance(content, list) else []:
             if not isinstance(block, dict):
@@ -123,4 +132,5 @@ def parse(stdout: bytes) -> Parsed:
                 if tid in seen_ids:  # a result may only follow its call
                     parsed.tool_results[tid] = parsed.tool_results.get(tid, False) or not block.get("is_error", False)
     parsed.tool_uses = dict(sorted(tools.items()))
+    parsed.served_models = sorted(served)
     return parsed

@@ -18,12 +18,13 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from skillevo import sandbox, workspace
+from skillevo import safefs, sandbox, workspace
 from skillevo.agent import SessionSpec, run_session
 from skillevo.agent.stream import USAGE_FIELDS
 from skillevo.arms import Arm
 from skillevo.digests import framed_digest, sha256_bytes
-from skillevo.params import Model
+from skillevo.errors import BadInput
+from skillevo.models import Model
 from skillevo.redact import redact_text
 from skillevo.sandbox import Mount, SandboxSpec
 from skillevo.tasks import Task
@@ -46,9 +47,9 @@ class CellSpec:
     overlay_digest: str | None
     model: Model
     scratch: Path  # a directory the cell may use; its workspace lives below it
-    churn_exclude: tuple[str, ...] = ("docs/plan.md",)
-    phase_timeout_s: float = 600.0
-    max_retries: int = 2
+    churn_exclude: tuple[str, ...]  # params bench.* (config owns the defaults)
+    phase_timeout_s: float
+    max_retries: int
 
     @property
     def name(self) -> str:
@@ -70,10 +71,16 @@ def _contained(ws: Path, private: Path, script: str, *, writable: bool, timeout_
                        cancel=cancel)
 
 
-def skills_fingerprint(ws: Path) -> str:
-    root = ws / ".claude"
-    return framed_digest((p.relative_to(root).as_posix(), p.read_bytes())
-                         for p in sorted(root.rglob("*")) if p.is_file() or p.is_symlink())
+MAX_SKILLS_BYTES = 16 << 20
+
+
+def skills_fingerprint(ws: Path) -> str | None:
+    """Digest of the workspace's .claude/ as the agent left it; None if it holds a link or special file."""
+    try:
+        files = safefs.read_tree(ws / ".claude", max_file_bytes=MAX_SKILLS_BYTES, max_total_bytes=MAX_SKILLS_BYTES)
+    except BadInput:
+        return None
+    return framed_digest(files.items())
 
 
 def _churn_script(base: str, exclude: tuple[str, ...]) -> str:
@@ -110,7 +117,7 @@ def _base_row(spec: CellSpec) -> dict[str, Any]:
         "verify_tail": "", "skill_invoked": None, "session_ids": [], "tool_uses": {}, "transcripts": [],
         "patch": None, "phases": {"workspace_s": 0.0, "setup_s": 0.0, "sessions_s": [], "verify_s": 0.0,
                                   "oracle_s": 0.0, "churn_s": 0.0},
-        "model": spec.model.name, "backend": spec.model.backend, "simulated": spec.model.simulated,
+        "model": spec.model.name, "served_models": [], "backend": spec.model.backend, "simulated": spec.model.simulated,
         "effort": spec.model.effort, "base_commit": spec.base_commit,
         "task_binding_digest": spec.task.binding_digest, "skills_digest": spec.skills_digest,
         "overlay_digest": spec.overlay_digest, "recorded_at": None,
@@ -167,13 +174,14 @@ def _sessions(spec: CellSpec, ws: Path, row: dict, artifacts: dict, api_key: str
                 row["tool_uses"][tool] = row["tool_uses"].get(tool, 0) + n
             if rec["session_id"]:
                 row["session_ids"].append(rec["session_id"])
+            row["served_models"] = sorted({*row["served_models"], *rec["served_models"]})
             if rec["transcript"]:
                 meta = rec["transcript"]
                 artifacts[f"transcripts/{meta['path']}"] = (Path(tdir) / meta["path"]).read_bytes()
                 row["transcripts"].append({**meta, "path": f"transcripts/{meta['path']}"})
             invoked.append(rec["skill_invoked"])
             row["skill_invoked"] = False if False in invoked else None if None in invoked else True
-            if skills_fingerprint(ws) != fingerprint:
+            if fingerprint is None or skills_fingerprint(ws) != fingerprint:
                 _fail(row, "evidence-unverified", f"the skills under test changed during session {i + 1}")
                 return False
             if not rec["ok"]:

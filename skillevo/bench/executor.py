@@ -27,9 +27,7 @@ class LocalExecutor:
     """`workers` cells at once on this machine (threads: each cell is a handful of subprocesses)."""
 
     def __init__(self, workers: int, api_key: str | None = None) -> None:
-        if workers < 1:
-            raise ValueError("bench.workers must be at least 1")
-        self.workers = workers
+        self.workers = workers  # params bench.workers, validated by skillevo.config
         self._api_key = api_key
 
     def run(self, cells: Sequence[CellSpec], on_result: OnResult, cancel: threading.Event) -> None:

@@ -42,13 +42,13 @@ from typing import Any
 
 from skillevo.bench.cell import CellResult, CellSpec, infra_error, run_cell
 from skillevo.bench.executor import OnResult
-from skillevo.params import ParamsError, section
+from skillevo.config import BenchParams
+from skillevo.errors import BrokenEnvironment
 
 log = logging.getLogger(__name__)
 
 API_KEY_ENV = "ANTHROPIC_API_KEY"
 SANDBOX_RESOURCE = "skillevo_sandbox"
-DEFAULT_CELL_RESOURCES = {"num_cpus": 1, SANDBOX_RESOURCE: 1}
 MAX_RESULT_BYTES = 64 << 20  # a cell's artifacts, all together (each is already bounded by the cell)
 CANCEL_GRACE_S = 20.0  # a cancelled cell stops its sandboxes within a few seconds; then it is killed
 LOCAL_OBJECT_STORE_BYTES = 256 << 20
@@ -58,12 +58,11 @@ _BUILTIN = {"num_cpus": "CPU", "num_gpus": "GPU", "memory": "memory"}
 _ENV_RAY_SETS = ("RAY_AUTH_MODE", "RAY_USAGE_STATS_ENABLED", API_KEY_ENV)
 
 
-class RayExecutorError(ValueError):
-    """The run cannot go on (no node offers the resources, a worker lacks the cell's paths...). A
-    ValueError, so the bench stage reports it in one line, as it does a params error."""
+class RayExecutorError(BrokenEnvironment):
+    """The run cannot go on (no node offers the resources, a worker lacks the cell's paths...)."""
 
 
-class NodeUnfit(RuntimeError):
+class NodeUnfit(BrokenEnvironment):
     """Raised on a worker that cannot run cells at all; the driver stops the run with this message."""
 
 
@@ -153,43 +152,22 @@ def keep_loopback() -> Iterator[None]:
         services.resolve_ip_for_localhost = original
 
 
-def parse_resources(value: Any) -> dict[str, float]:
-    resources = DEFAULT_CELL_RESOURCES if value is None else value
-    if not isinstance(resources, Mapping) or not resources:
-        raise ParamsError("params.yaml: bench.ray_cell_resources: must map resource names to amounts "
-                          "(e.g. {num_cpus: 1, skillevo_sandbox: 1})")
-    for name, amount in resources.items():
-        if not isinstance(name, str) or isinstance(amount, bool) or not isinstance(amount, (int, float)) \
-                or amount < 0:
-            raise ParamsError(f"params.yaml: bench.ray_cell_resources: {name!r}: must be a non-negative number")
-    return {name: float(amount) for name, amount in resources.items()}
-
-
 class RayExecutor:
     """Cells as Ray tasks on the cluster at `address` (None: a local instance started for this run)."""
 
-    def __init__(self, address: str | None = None, *, max_retries: int = 2,
-                 cell_resources: Mapping[str, float] | None = None, local_workers: int = 2,
-                 api_key: str | None = None) -> None:
-        if max_retries < 0:
-            raise ParamsError("params.yaml: bench.ray_max_retries: must be at least 0")
-        if local_workers < 1:
-            raise ParamsError("params.yaml: bench.workers: must be at least 1")
+    def __init__(self, address: str | None = None, *, max_retries: int, cell_resources: Mapping[str, float],
+                 local_workers: int, api_key: str | None = None) -> None:
+        """Values come from params bench.* (validated by skillevo.config)."""
         self.address = address or None
         self.max_retries = max_retries
-        self.cell_resources = parse_resources(cell_resources)
+        self.cell_resources = {name: float(amount) for name, amount in cell_resources.items()}
         self.local_workers = local_workers
         self._api_key = api_key
 
     @classmethod
-    def from_params(cls, params: dict[str, Any], api_key: str | None = None) -> RayExecutor:
-        bench = section(params, "bench")
-        address = bench.get("ray_address")
-        if address is not None and (not isinstance(address, str) or not address.strip()):
-            raise ParamsError("params.yaml: bench.ray_address: null, \"auto\", \"host:port\" or \"ray://host:port\"")
-        return cls(address, max_retries=int(bench.get("ray_max_retries", 2)),
-                   cell_resources=bench.get("ray_cell_resources"), local_workers=int(bench.get("workers", 2)),
-                   api_key=api_key)
+    def from_params(cls, bench: BenchParams, api_key: str | None = None) -> RayExecutor:
+        return cls(bench.ray_address, max_retries=bench.ray_max_retries, cell_resources=bench.ray_cell_resources,
+                   local_workers=bench.workers, api_key=api_key)
 
     # what the task asks of a node, in Ray's terms
     def task_options(self) -> dict[str, Any]:

@@ -6,7 +6,8 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from skillevo.gate.aggregate import aggregate
+from skillevo import safefs
+from skillevo.results import aggregate
 
 
 def _fmt(value: Any, digits: int = 0) -> str:
@@ -34,7 +35,10 @@ def render(provenance: dict[str, Any], rows: list[dict[str, Any]]) -> str:
     if m["simulated"]:
         lines += ["**SIMULATED**: these sessions ran the real Claude Code CLI against skillevo's offline simulator, "
                   "not a model. Costs are what the CLI computed from simulated usage.", ""]
+    served = provenance["served_models"]
     lines += [f"- model: `{m['name']}` via `{m['backend']}`; effort: {provenance['effort'] or 'default'}",
+              f"- served by the API as: {', '.join(f'`{s}`' for s in served) or 'nothing (no session got an answer)'}"
+              + (" — **more than one model served this side**" if len(served) > 1 else ""),
               f"- runs per arm: {provenance['runs']}; cells: {provenance['rows']} of {provenance['cells']} planned",
               f"- arms: {', '.join(a['name'] for a in provenance['arms'])}",
               f"- skipped tasks: {skipped or 'none'}",
@@ -58,4 +62,4 @@ def render(provenance: dict[str, Any], rows: list[dict[str, Any]]) -> str:
 
 
 def write_report(path: Path, provenance: dict[str, Any], rows: list[dict[str, Any]]) -> None:
-    path.write_text(render(provenance, rows), encoding="utf-8")
+    safefs.write_atomic(path, render(provenance, rows).encode())

@@ -9,19 +9,17 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, fields
+from dataclasses import dataclass
 from fractions import Fraction
-from pathlib import Path
 from typing import Any
 
-import yaml
-
-from skillevo.gate._schema import GateInputError, first_error, schema_validator
+from skillevo.config import Policy
+from skillevo.layout import incumbent_arm_of
+from skillevo.models import is_floating
 
 PROMOTE = "promote"
 KEEP_INCUMBENT = "keep_incumbent"
 INSUFFICIENT_EVIDENCE = "insufficient_evidence"
-CANDIDATE_PREFIX = "candidate_"
 MAIN_LOOP_ONLY_METRICS = frozenset({"num_turns", "output_tokens"})
 MAIN_LOOP_ONLY_WARNING = (
     "token and turn counts cover only the main agent loop: subagent spend is invisible to them and "
@@ -29,73 +27,12 @@ MAIN_LOOP_ONLY_WARNING = (
 )
 # A run that never invoked its skill says the skill text failed, whatever the oracle made of the rest.
 SKILL_ATTRIBUTABLE_ERROR_KINDS = frozenset({"skill-not-invoked"})
-_MODEL_ALIAS_SUFFIXES = ("latest", "auto")
 
 Aggregates = Mapping[tuple[str, str], Mapping[str, Any]]
 
 
-@dataclass(frozen=True)
-class Policy:
-    """Every `gate:` param. Bound whole into promotion.json, so apply sees exactly what the gate saw.
-
-    bootstrap_seed and bootstrap_resamples only shape the reported interval; the decision never reads them.
-    """
-
-    metric: str = "cost_usd"
-    min_runs: int = 3
-    min_improvement_pct: float = 5.0
-    max_task_regression_pct: float = 20.0
-    max_failed_task_regression_pct: float = 100.0
-    min_gated_task_ratio: float = 0.5
-    resolution_margin: int = 2
-    max_age_days: int = 90
-    bootstrap_seed: int = 0
-    bootstrap_resamples: int = 2000
-
-    @classmethod
-    def from_dict(cls, values: Mapping[str, Any]) -> Policy:
-        """Missing keys take the defaults; an unknown key fails, so a typo never silently keeps a default."""
-        merged = {**asdict(cls()), **values}
-        error = first_error(merged, schema_validator("promotion", "policy"))
-        if error:
-            raise GateInputError(f"gate policy: {error}")
-        floats = {f.name for f in fields(cls) if f.type == "float"}
-        return cls(**{k: float(v) if k in floats else v for k, v in merged.items()})
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-    @property
-    def metric_warning(self) -> str | None:
-        return MAIN_LOOP_ONLY_WARNING if self.metric in MAIN_LOOP_ONLY_METRICS else None
-
-
-def load_policy(params_path: Path) -> Policy:
-    """The `gate:` section of params.yaml (absent section = all defaults)."""
-    try:
-        params = yaml.safe_load(params_path.read_text(encoding="utf-8"))
-    except (OSError, yaml.YAMLError) as e:
-        raise GateInputError(f"{params_path}: cannot read params: {e}") from e
-    params = params or {}
-    if not isinstance(params, dict) or not isinstance(params.get("gate") or {}, dict):
-        raise GateInputError(f"{params_path}: `gate` must be a mapping (rule: params.yaml gate section)")
-    try:
-        return Policy.from_dict(params.get("gate") or {})
-    except GateInputError as e:
-        raise GateInputError(f"{params_path}: {e}") from e
-
-
-def is_named_model(name: str) -> bool:
-    """An alias such as `...-latest` or `auto` can change under the evidence between bench and apply."""
-    name = name.strip().lower()
-    return bool(name) and not name.endswith(_MODEL_ALIAS_SUFFIXES)
-
-
-def incumbent_arm_of(candidate_arm: str) -> str:
-    """docs/formats.md: the candidate arm paired with incumbent arm A is named candidate_A."""
-    if not candidate_arm.startswith(CANDIDATE_PREFIX) or candidate_arm == CANDIDATE_PREFIX:
-        raise ValueError(f"candidate arm {candidate_arm!r} is not named {CANDIDATE_PREFIX}<incumbent arm>")
-    return candidate_arm.removeprefix(CANDIDATE_PREFIX)
+def metric_warning(policy: Policy) -> str | None:
+    return MAIN_LOOP_ONLY_WARNING if policy.metric in MAIN_LOOP_ONLY_METRICS else None
 
 
 def improvement_pct(incumbent: float | None, candidate: float | None) -> float | None:
@@ -136,11 +73,11 @@ def decide_arm(
     metric = policy.metric
     reasons: list[str] = []
     insufficient = regressed = False
-    if not is_named_model(benchmark_model):
+    if is_floating(benchmark_model):
         insufficient = True
         reasons.append(
-            f"benchmark model {benchmark_model!r} is not a named model (empty, or an alias ending in "
-            "'latest' or 'auto'); a pinned name is required so the evidence cannot drift"
+            f"benchmark model {benchmark_model!r} is not a pinned model id (empty, or a floating alias); a pinned "
+            "id is required so the evidence cannot drift"
         )
 
     rows: list[dict[str, Any]] = []
@@ -212,7 +149,7 @@ def decide_arm(
         "candidate_arm": candidate_arm,
         "decision": decision,
         "metric": metric,
-        "metric_warning": policy.metric_warning,
+        "metric_warning": metric_warning(policy),
         "median_improvement_pct": median,
         "resolution_margin": margin,
         "gated_tasks": gated,

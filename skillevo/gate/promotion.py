@@ -6,23 +6,23 @@ apply trusts arithmetic it can redo rather than a verdict someone could have edi
 
 from __future__ import annotations
 
-import functools
-import json
-import os
 from collections.abc import Mapping
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
-import jsonschema
-
-from skillevo.gate._schema import GateInputError, first_error, schema_validator, view_validator
-from skillevo.gate.aggregate import EXCLUDED_ERROR_KINDS, Side, aggregate
-from skillevo.gate.policy import PROMOTE, Policy, decide, decide_arm, incumbent_arm_of
+from skillevo import documents, safefs
+from skillevo.config import Policy
+from skillevo.errors import BadInput
+from skillevo.gate.policy import PROMOTE, decide, decide_arm
+from skillevo.layout import incumbent_arm_of
+from skillevo.results import EXCLUDED_ERROR_KINDS, Side, aggregate, served_models
+from skillevo.schemas import first_error, schema_validator, validate
 
 SCHEMA_VERSION = 1
 BINDING_KEYS = (
     "benchmark_model",
+    "served_models",
     "proposer_model",
     "effort",
     "candidate_origin",
@@ -34,37 +34,20 @@ BINDING_KEYS = (
     "backend",
 )
 CLOCK_SKEW = timedelta(minutes=5)
-_FREEZE_VIEW = {
-    "type": "object",
-    "required": ["overlay_digest", "required_candidate_arms", "destinations", "candidate_origin", "proposer_model"],
-    "properties": {
-        "overlay_digest": {"$ref": "#/$defs/sha256"},
-        "required_candidate_arms": {"$ref": "#/$defs/arm_list"},
-        "destinations": {"$ref": "#/$defs/destination_digests"},
-        "candidate_origin": {"enum": ["proposer", "hand-written"]},
-        "proposer_model": {"type": ["string", "null"]},
-    },
-}
 
 
-class PromotionRefused(ValueError):
+class PromotionRefused(BadInput):
     """promotion.json may not be applied; the message names the offending field."""
 
 
 def load_freeze(path: Path) -> dict[str, Any]:
-    """The freeze manifest's fields the gate binds, checked before anything is decided on them."""
-    try:
-        manifest = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, ValueError) as e:
-        raise GateInputError(f"{path}: cannot read JSON: {e}") from e
-    error = first_error(manifest, _freeze_validator())
-    if error:
-        raise GateInputError(f"{path}: {error}")
+    """The freeze manifest, checked against its schema and the arm naming rule before anything is decided on it."""
+    manifest = validate(documents.load_json(path, what="freeze manifest"), "freeze-manifest", path)
     for i, arm in enumerate(manifest["required_candidate_arms"]):
         try:
             incumbent_arm_of(arm)
-        except ValueError as e:
-            raise GateInputError(f"{path}: $.required_candidate_arms[{i}]: {e} (rule: arm naming)") from e
+        except BadInput as e:
+            raise BadInput(f"{path}: $.required_candidate_arms[{i}]: {e}") from None
     return manifest
 
 
@@ -75,6 +58,7 @@ def pipeline_bindings(freeze: Mapping[str, Any], bench: Mapping[str, Any], polic
     """
     return {
         "benchmark_model": bench["model"]["name"],
+        "served_models": list(bench["served_models"]),
         "proposer_model": freeze["proposer_model"],
         "effort": bench["effort"],
         "candidate_origin": freeze["candidate_origin"],
@@ -92,23 +76,26 @@ def build_promotion(
 ) -> dict[str, Any]:
     """Decide every required candidate arm and bind the result; refuse sides that were not benchmarked alike."""
     _require_aware(now, "now")
-    for key, what in (("task_bindings", "task bindings"), ("model", "model"), ("effort", "effort")):
+    for key, what in (("task_bindings", "task bindings"), ("model", "model"), ("effort", "effort"),
+                      ("served_models", "served model ids")):
         if incumbent.bench[key] != candidate.bench[key]:
-            raise GateInputError(
+            raise BadInput(
                 f"{incumbent.directory / 'bench.json'} and {candidate.directory / 'bench.json'}: $.{key} differ "
                 f"(rule: both sides are benchmarked with identical {what})"
             )
+    for side in (incumbent, candidate):
+        if served_models(side.rows) != side.bench["served_models"]:
+            raise BadInput(f"{side.directory / 'bench.json'}: $.served_models does not list what its rows say the "
+                           "API served (rule: served models)")
     if candidate.bench["overlay_digest"] != freeze["overlay_digest"]:
-        raise GateInputError(
+        raise BadInput(
             f"{candidate.directory / 'bench.json'}: $.overlay_digest is not the frozen overlay's "
             f"{freeze['overlay_digest']} (rule: the candidate side ran the frozen overlay)"
         )
     incumbent_arms = {arm["name"] for arm in incumbent.bench["arms"]}
     candidate_arms = {arm["name"] for arm in candidate.bench["arms"]}
     if incumbent_arms & candidate_arms:
-        raise GateInputError(
-            f"arms {sorted(incumbent_arms & candidate_arms)} are declared on both sides (rule: arm naming)"
-        )
+        raise BadInput(f"arms {sorted(incumbent_arms & candidate_arms)} are declared on both sides (rule: arm naming)")
 
     bindings = pipeline_bindings(freeze, candidate.bench, policy)
     classes = {binding["id"]: binding["class"] for binding in bindings["task_bindings"]}
@@ -129,26 +116,21 @@ def build_promotion(
     }
     error = first_error(promotion, schema_validator("promotion"))
     if error:
-        raise GateInputError(f"the promotion these inputs make does not match its schema: {error}")
+        raise BadInput(f"the promotion these inputs make does not match its schema: {error}")
     return promotion
 
 
 def write_promotion(promotion: Mapping[str, Any], path: Path) -> None:
-    """Validate, then replace the file atomically so a reader never sees half a promotion."""
+    """Validate, then replace the file atomically and durably so a reader never sees half a promotion."""
     error = first_error(promotion, schema_validator("promotion"))
     if error:
-        raise ValueError(f"refusing to write an invalid promotion.json: {error}")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    staging = path.with_name(f".{path.name}.tmp")
-    staging.write_text(
-        json.dumps(promotion, indent=2, sort_keys=True, ensure_ascii=False, allow_nan=False) + "\n", encoding="utf-8"
-    )
-    os.replace(staging, path)
+        raise BadInput(f"refusing to write an invalid promotion.json: {error}")
+    safefs.write_atomic(path, documents.dump_json(promotion))
 
 
 def recompute_decisions(promotion: Mapping[str, Any]) -> list[dict[str, Any]]:
     """Each stored decision decided again from its own embedded aggregates under the embedded policy."""
-    policy = Policy.from_dict(promotion["policy"])
+    policy = Policy.from_dict(promotion["policy"], "promotion.json policy")
     recomputed = []
     for stored in promotion["decisions"]:
         aggregates = {
@@ -269,8 +251,3 @@ def _parse_time(promotion: Mapping[str, Any], key: str) -> datetime:
 def _require_aware(moment: datetime, name: str) -> None:
     if moment.utcoffset() is None:
         raise ValueError(f"{name} must be timezone-aware")
-
-
-@functools.cache
-def _freeze_validator() -> jsonschema.Draft202012Validator:
-    return view_validator(_FREEZE_VIEW)

@@ -8,14 +8,14 @@ from __future__ import annotations
 
 import csv
 import io
-import json
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from skillevo.gate.aggregate import Side, side_totals, valid_samples
+from skillevo import documents, safefs
 from skillevo.gate.bootstrap import median_improvement_interval
 from skillevo.gate.policy import INSUFFICIENT_EVIDENCE, KEEP_INCUMBENT, PROMOTE
+from skillevo.results import Side, side_totals, valid_samples
 
 # Ordered so that `dvc metrics diff` reads up as better: promote > keep > insufficient.
 DECISION_CODES = {PROMOTE: 1, KEEP_INCUMBENT: 0, INSUFFICIENT_EVIDENCE: -1}
@@ -40,7 +40,7 @@ def write_outputs(out_dir: Path, promotion: Mapping[str, Any], incumbent: Side, 
     }
     totals = {"incumbent": side_totals(incumbent.rows), "candidate": side_totals(candidate.rows)}
     _write(out_dir / "report.md", render_report(promotion, intervals, totals))
-    _write(out_dir / "metrics.json", json.dumps(metrics(promotion, intervals, totals), indent=2, sort_keys=True) + "\n")
+    safefs.write_atomic(out_dir / "metrics.json", documents.dump_json(metrics(promotion, intervals, totals)))
     _write(out_dir / "plots" / "tasks.csv", render_tasks_csv(promotion))
     return [summary_line(decision, intervals[decision["candidate_arm"]]) for decision in promotion["decisions"]]
 
@@ -172,5 +172,4 @@ def _median_with_interval(median: float | None, interval: Interval) -> str:
 
 
 def _write(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(text, encoding="utf-8")
+    safefs.write_atomic(path, text.encode())

@@ -16,8 +16,17 @@ import tempfile
 import threading
 from pathlib import Path
 
+from skillevo.errors import BrokenEnvironment
 from skillevo.sandbox import process
-from skillevo.sandbox.bwrap import HOME, RELAY_DIR, WORKDIR, Mount, SandboxSpec, base_env, command
+from skillevo.sandbox.bwrap import (
+    HOME,
+    RELAY_DIR,
+    WORKDIR,
+    Mount,
+    SandboxSpec,
+    base_env,
+    command,
+)
 from skillevo.sandbox.process import Finished
 from skillevo.sandbox.relay import PLACEHOLDER_KEY, Relay
 
@@ -28,7 +37,7 @@ __all__ = ["HOME", "LAUNCHER", "LAUNCHER_DST", "PLACEHOLDER_KEY", "RELAY_DIR", "
            "Relay", "SandboxSpec", "SandboxUnavailable", "base_env", "command", "preflight", "run"]
 
 
-class SandboxUnavailable(RuntimeError):
+class SandboxUnavailable(BrokenEnvironment):
     """bwrap is missing or cannot create the namespaces it needs; the message says what to do."""
 
 

@@ -16,6 +16,8 @@ from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from urllib.parse import urlsplit
 
+from skillevo.errors import BadInput
+
 ALLOWED_PATHS = ("/v1/messages", "/v1/messages/count_tokens")
 PLACEHOLDER_KEY = "sk-skillevo-placeholder-not-a-key"
 _HOP_HEADERS = {"connection", "keep-alive", "proxy-connection", "transfer-encoding", "te", "upgrade", "host",
@@ -37,7 +39,8 @@ class Relay:
                  auth_header: str = "x-api-key") -> None:
         parts = urlsplit(endpoint)
         if parts.scheme not in ("http", "https") or not parts.hostname or parts.username or parts.query or parts.fragment:
-            raise ValueError("model endpoint must be an http(s) URL with a host and no credentials, query or fragment")
+            raise BadInput("model endpoint must be an http(s) URL with a host and no credentials, query or fragment "
+                           "(rule: model.base_url)")
         self.scheme, self.host, self.port = parts.scheme, parts.hostname, parts.port
         self.prefix = parts.path.rstrip("/")
         self.api_key = api_key

@@ -10,6 +10,7 @@ import os
 import subprocess
 from pathlib import Path
 
+from skillevo import config
 from skillevo.simulator import playbook
 
 SKILL = """---
@@ -40,7 +41,7 @@ PLAYBOOK = {
 }
 
 PROMPT = "Use the work skill for: make the friendlier greeting say hello"
-MODEL = "claude-sonnet-4-5"
+MODEL = config.section(config.ModelParams, "model", {}, "schema defaults").name  # params default
 
 
 def book() -> playbook.Playbook:

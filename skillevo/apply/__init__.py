@@ -1,0 +1,33 @@
+"""Apply: promote a frozen, gated overlay onto the canonical skills and their mirrors as one transaction.
+
+The files apply rewrites are a team's shared skills, so it trusts nothing it did not just check
+(skillevo.apply.inputs), walks every path one directory at a time without following a symlink
+(skillevo.apply.fs), swaps every destination as one rollback-safe transaction (skillevo.apply.transaction),
+and restores from the recovery record a crash leaves (skillevo.apply.recovery) before doing anything else.
+Apply leaves an ordinary working-tree diff; it never commits or pushes. This module is the public API.
+"""
+
+from skillevo.apply.common import (
+    ApplyPaths,
+    ApplyRefused,
+    Fault,
+    Log,
+    RollbackIncomplete,
+    RolledBack,
+)
+from skillevo.apply.operations import apply_promotion, revert
+from skillevo.apply.outcome import Outcome
+from skillevo.apply.recovery import recover
+
+__all__ = [
+    "ApplyPaths",
+    "ApplyRefused",
+    "Fault",
+    "Log",
+    "Outcome",
+    "RollbackIncomplete",
+    "RolledBack",
+    "apply_promotion",
+    "recover",
+    "revert",
+]

@@ -1,0 +1,153 @@
+"""What an apply or a revert works from, each input checked against the others as the pipeline holds them now.
+
+The files apply rewrites are a team's shared skills, so it trusts nothing it did not just check: the
+promotion is re-validated against the freeze manifest, the incumbent bench.json and params as they are now,
+the frozen overlay must still match its manifest, and the destinations must be exactly the ones params'
+skill directories imply. A revert trusts only a receipt that matches its schema and intact stored originals.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from skillevo import documents, layout, models, overlay, safefs
+from skillevo.apply import fs
+from skillevo.apply.common import RECEIPT_SCHEMA, RERUN, ApplyPaths, ApplyRefused
+from skillevo.config import Params
+from skillevo.digests import framed_digest, sha256_bytes
+from skillevo.errors import BadInput
+from skillevo.gate.promotion import (
+    PromotionRefused,
+    load_freeze,
+    pipeline_bindings,
+    validate_for_apply,
+)
+from skillevo.schemas import InvalidDocument, validate
+
+
+@dataclass(frozen=True)
+class Inputs:
+    promotion_sha256: str
+    overlay_digest: str
+    destinations: dict[str, str]  # repo-relative path -> sha256 at freeze
+    new: dict[str, bytes]  # repo-relative path -> the frozen overlay bytes it receives
+    described: list[str]
+
+
+def _require(path: Path, what: str) -> None:
+    if not os.path.lexists(path):
+        raise ApplyRefused(f"{path}: missing ({what}); apply never re-runs earlier stages: {RERUN}")
+
+
+def load_inputs(paths: ApplyPaths, now: datetime, load_params: Callable[[], Params]) -> Inputs:
+    """Everything apply needs, each checked against the others as the pipeline holds them now."""
+    _require(paths.promotion, "the gate's promotion.json")
+    promotion_bytes = safefs.read_file(paths.promotion, max_bytes=documents.MAX_JSON_BYTES, what="promotion")
+    promotion = documents.parse_json(promotion_bytes, str(paths.promotion))
+    manifest_path = paths.freeze / "manifest.json"
+    _require(manifest_path, "the freeze manifest")
+    bench_path = paths.incumbent_bench / "bench.json"
+    _require(bench_path, "the incumbent bench provenance")
+    bench = documents.load_json(bench_path, what="incumbent bench provenance")
+    manifest = load_freeze(manifest_path)
+    validate(bench, "bench-run", bench_path)
+    params = load_params()
+
+    if isinstance(promotion, dict) and promotion.get("overlay_digest", manifest["overlay_digest"]) != manifest[
+            "overlay_digest"]:
+        raise ApplyRefused(
+            f"{manifest_path}: overlay_digest {manifest['overlay_digest'][:12]} is not the overlay "
+            f"{paths.promotion} was decided on ({str(promotion['overlay_digest'])[:12]}): the promotion is stale; "
+            f"{RERUN}"
+        )
+    model_now = models.binding(params.model)
+    if (model_now, params.model.effort) != (bench["model"], bench["effort"]):
+        raise ApplyRefused(
+            f"{bench_path}: was benchmarked with model {bench['model']['name']!r} (effort {bench['effort']!r}) but "
+            f"{params.source} now says {model_now['name']!r} (effort {params.model.effort!r}): the bench is stale; "
+            f"{RERUN}"
+        )
+    try:
+        validate_for_apply(promotion, pipeline_bindings(manifest, bench, params.gate), now)
+    except PromotionRefused as e:
+        raise ApplyRefused(f"{paths.promotion}: {e}") from None
+
+    limits = overlay.Limits(max_changed_lines=params.propose.max_changed_lines)
+    files = verified_overlay(paths.freeze / "overlay", manifest, limits)
+    destinations = dict(manifest["destinations"])
+    new = destination_bytes(params, manifest_path, destinations, files)
+    return Inputs(
+        sha256_bytes(promotion_bytes), manifest["overlay_digest"], destinations, new,
+        [f"apply: using {paths.promotion} (generated {promotion['generated_at']}, promotion "
+         f"{sha256_bytes(promotion_bytes)[:12]}), frozen overlay {manifest['overlay_digest'][:12]} in {paths.freeze}, "
+         f"{bench_path}; no stage was re-run"],
+    )
+
+
+def verified_overlay(overlay_dir: Path, manifest: Mapping[str, Any], limits: overlay.Limits) -> dict[str, bytes]:
+    """The frozen overlay's files, each matching the manifest, the set matching its digest."""
+    files = safefs.read_tree(overlay_dir, max_file_bytes=limits.max_file_bytes, max_total_bytes=limits.max_total_bytes,
+                             max_files=limits.max_files, what="frozen overlay file")
+    listed = {f["path"]: f for f in manifest["files"]}
+    stale = "the frozen overlay no longer matches its manifest; " + RERUN
+    for rel in sorted(set(files) | set(listed)):
+        if rel not in listed:
+            raise ApplyRefused(f"{overlay_dir / rel}: not listed in manifest.json; {stale}")
+        if rel not in files:
+            raise ApplyRefused(f"{overlay_dir / rel}: listed in manifest.json but missing; {stale}")
+        if sha256_bytes(files[rel]) != listed[rel]["sha256"] or len(files[rel]) != listed[rel]["size"]:
+            raise ApplyRefused(f"{overlay_dir / rel}: sha256 {sha256_bytes(files[rel])[:12]} is not the manifest's "
+                               f"{listed[rel]['sha256'][:12]}; {stale}")
+    digest = framed_digest(files.items())
+    if digest != manifest["overlay_digest"]:
+        raise ApplyRefused(f"{overlay_dir}: digest {digest[:12]} is not the manifest's overlay_digest "
+                           f"{manifest['overlay_digest'][:12]}; {stale}")
+    return files
+
+
+def destination_bytes(params: Params, manifest_path: Path, destinations: Mapping[str, str],
+                      files: Mapping[str, bytes]) -> dict[str, bytes]:
+    """Each destination's new bytes; the manifest's set must be exactly what params' skill directories imply."""
+    implied = {dest: data for rel, data in files.items() for dest in layout.destinations([rel], params.skills.roots)}
+    where = f"{params.source} skills.paths (skills, mirrors)"
+    for rel in sorted(implied):
+        if rel not in destinations:
+            raise ApplyRefused(f"{manifest_path}: destinations lack {rel}, which {where} implies (a missing mirror): "
+                               f"the freeze is stale; {RERUN}")
+    for rel in sorted(destinations):
+        if rel not in implied:
+            raise ApplyRefused(f"{manifest_path}: destination {rel} is not implied by {where} and the overlay files")
+    return implied
+
+
+def load_receipt(paths: ApplyPaths) -> dict[str, Any]:
+    """The receipt of the apply to revert, as apply wrote it."""
+    if not paths.receipt.exists():
+        raise ApplyRefused(f"no receipt at {paths.receipt}: there is no apply to revert (apply writes one when "
+                           "it succeeds; a reverted apply's receipt is renamed reverted-*.json)")
+    receipt = documents.load_json(paths.receipt, what="apply receipt")
+    try:
+        return validate(receipt, RECEIPT_SCHEMA, paths.receipt)
+    except InvalidDocument as e:
+        raise ApplyRefused(f"{e} (not a receipt apply wrote)") from None
+
+
+def stored_originals(paths: ApplyPaths, receipt: Mapping[str, Any]) -> dict[str, bytes]:
+    """The pre-apply bytes of every file the receipt names, from the originals store, each intact."""
+    before = {}
+    for f in receipt["files"]:
+        copy = paths.originals / f["before_sha256"]
+        try:
+            data: bytes | None = fs.read(None, copy, str(copy), "stored original")
+        except (OSError, BadInput):
+            data = None
+        if data is None or sha256_bytes(data) != f["before_sha256"]:
+            raise ApplyRefused(f"{copy}: the pre-apply bytes of {f['path']} are missing or damaged; restore it "
+                               f"from git instead (git checkout -- {f['path']})")
+        before[f["path"]] = data
+    return before

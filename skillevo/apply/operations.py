@@ -1,0 +1,104 @@
+"""The two things a user asks of apply: apply a promotion, or revert the last apply. Each is one transaction.
+
+Both take the state-directory lock, finish whatever a crash left behind, check their inputs, refuse unless
+every destination holds exactly the bytes they expect, and only then hand the swaps to the transaction.
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Callable
+from datetime import datetime
+
+from skillevo import config
+from skillevo.apply.common import (
+    RECEIPT_SCHEMA,
+    SCHEMA_VERSION,
+    ApplyPaths,
+    ApplyRefused,
+    Fault,
+    Log,
+    iso,
+    no_fault,
+    quiet,
+    refusals,
+    require_aware,
+    utc_stamp,
+)
+from skillevo.apply.fs import Tree
+from skillevo.apply.guard import locked
+from skillevo.apply.inputs import load_inputs, load_receipt, stored_originals
+from skillevo.apply.outcome import Outcome, diff_stat
+from skillevo.apply.recovery import recover
+from skillevo.apply.transaction import Commit, marker_tx, open_all, transact
+from skillevo.config import Params
+from skillevo.digests import sha256_bytes
+
+
+def apply_promotion(paths: ApplyPaths, *, now: datetime, params: Callable[[], Params] | None = None,
+                    fault: Fault | None = None, log: Log = quiet) -> Outcome:
+    """Check every binding, then replace every destination with the frozen overlay's bytes, or nothing.
+
+    `params` loads params (after any recovery, like every other input); default: config.load(paths.params).
+    """
+    require_aware(now)
+    with refusals(), locked(paths.state_dir):
+        recover(paths, log=log)
+        inputs = load_inputs(paths, now, params or (lambda: config.load(paths.params)))
+        tx = secrets.token_hex(8)
+        with Tree(paths.repo) as tree:
+            swaps = open_all(tree, inputs.new, tx)
+            if marker_tx(paths.receipt, "promotion_sha256") == inputs.promotion_sha256 and all(
+                    s.expect == s.new for s in swaps):
+                raise ApplyRefused(f"already applied: {paths.receipt} records promotion "
+                                   f"{inputs.promotion_sha256[:12]} and every destination holds the overlay's bytes")
+            for s in swaps:
+                actual, frozen = sha256_bytes(s.expect), inputs.destinations[s.path]
+                if actual != frozen:
+                    raise ApplyRefused(
+                        f"{s.path}: edited after freeze (sha256 {actual[:12]} is not the {frozen[:12]} recorded at "
+                        "freeze); apply will not overwrite it: commit or discard the edit and re-run the pipeline")
+            files = [{"path": s.path, "before_sha256": sha256_bytes(s.expect), "after_sha256": sha256_bytes(s.new)}
+                     for s in swaps]
+            receipt = {
+                "schema_version": SCHEMA_VERSION,
+                "promotion": str(paths.promotion),
+                "promotion_sha256": inputs.promotion_sha256,
+                "overlay_digest": inputs.overlay_digest,
+                "applied_at": iso(now),
+                "repo": str(paths.repo.resolve()),
+                "originals": str(paths.originals.resolve()),
+                "files": files,
+            }
+            method = transact(tree, swaps, kind="apply", tx=tx, paths=paths,
+                              commit=Commit(paths.receipt, "transaction", "swap", receipt, RECEIPT_SCHEMA),
+                              now=now, fault=fault or no_fault, log=log)
+    return Outcome("applied", files, method, paths.receipt, diff_stat(paths.repo, [f["path"] for f in files]),
+                   inputs.described)
+
+
+def revert(paths: ApplyPaths, *, now: datetime, fault: Fault | None = None, log: Log = quiet) -> Outcome:
+    """Put back the pre-apply bytes the receipt names, as the same transaction, unless a file changed since."""
+    require_aware(now)
+    with refusals(), locked(paths.state_dir):
+        recover(paths, log=log)
+        receipt = load_receipt(paths)
+        after = {f["path"]: f["after_sha256"] for f in receipt["files"]}
+        before = stored_originals(paths, receipt)
+        tx = secrets.token_hex(8)
+        with Tree(paths.repo) as tree:
+            swaps = open_all(tree, before, tx)
+            for s in swaps:
+                if sha256_bytes(s.expect) != after[s.path]:
+                    raise ApplyRefused(
+                        f"{s.path}: changed since the apply (sha256 {sha256_bytes(s.expect)[:12]} is not the applied "
+                        f"{after[s.path][:12]}); revert will not overwrite it")
+            marker = paths.state_dir / f"reverted-{utc_stamp()}.json"
+            body = {**receipt, "reverted_at": iso(now), "receipt": str(paths.receipt)}
+            commit = Commit(marker, "revert_transaction", "revert_swap", body, None, paths.receipt,
+                            receipt["transaction"])
+            method = transact(tree, swaps, kind="revert", tx=tx, paths=paths, commit=commit, now=now,
+                              fault=fault or no_fault, log=log)
+    files = [{"path": p, "before_sha256": after[p], "after_sha256": sha256_bytes(before[p])} for p in sorted(before)]
+    return Outcome("reverted", files, method, marker, diff_stat(paths.repo, sorted(before)))
+

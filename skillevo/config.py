@@ -1,0 +1,257 @@
+"""params.yaml, read once: defaults from schemas/params.schema.json, validated, returned as frozen typed sections.
+
+The schema is the only place a default or a range is written. Missing keys are filled from it before
+validation, so a typo (`runz`) is refused rather than silently left at its default, and every number must be
+finite. Stages and library modules take the sections they need from `Params`; nothing reads params.yaml
+any other way.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, fields
+from datetime import date, datetime, timezone
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any, TypeVar
+
+from skillevo import documents, layout, models
+from skillevo.arms import Arm, Session
+from skillevo.errors import BadInput
+from skillevo.schemas import load_schema, validate
+
+SCHEMA = "params"
+_MISSING = object()
+MAX_PARAMS_BYTES = 1 << 20
+
+
+@dataclass(frozen=True)
+class ModelParams:
+    backend: str  # simulator | anthropic | endpoint
+    name: str
+    base_url: str | None
+    effort: str | None
+
+    @property
+    def simulated(self) -> bool:
+        return self.backend == "simulator"
+
+
+@dataclass(frozen=True)
+class SkillsParams:
+    evolvable: tuple[str, ...]
+    skills: str  # the canonical directory, repo-relative
+    mirrors: tuple[str, ...]
+
+    @property
+    def roots(self) -> tuple[str, ...]:
+        """Every directory that holds the family: the canonical one first, then the mirrors."""
+        return (self.skills, *self.mirrors)
+
+
+@dataclass(frozen=True)
+class TasksParams:
+    target_roots: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class EvidenceParams:
+    max_rows: int
+    max_transcripts_per_row: int
+    max_file_bytes: int
+    max_bundle_bytes: int
+    max_learnings: int
+    verify_tail_chars: int
+
+
+@dataclass(frozen=True)
+class ProposeParams:
+    max_changed_lines: int
+    timeout_s: float
+    model: str | None
+
+
+@dataclass(frozen=True)
+class BenchParams:
+    runs: int
+    workers: int
+    executor: str  # local | ray
+    ray_address: str | None
+    ray_max_retries: int
+    ray_cell_resources: Mapping[str, float]
+    include_expensive: bool
+    phase_timeout_s: float
+    max_retries: int
+    churn_exclude: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Policy:
+    """The gate's policy (`gate:`). Bound whole into promotion.json, so apply sees exactly what the gate saw.
+
+    bootstrap_seed and bootstrap_resamples only shape the reported interval; the decision never reads them.
+    """
+
+    metric: str
+    min_runs: int
+    min_improvement_pct: float
+    max_task_regression_pct: float
+    max_failed_task_regression_pct: float
+    min_gated_task_ratio: float
+    resolution_margin: int
+    max_age_days: int
+    bootstrap_seed: int
+    bootstrap_resamples: int
+
+    @classmethod
+    def from_dict(cls, values: Mapping[str, Any], source: str = "gate policy") -> Policy:
+        """Missing keys take the schema's defaults; an unknown key or a bad value is BadInput naming `source`."""
+        return section(cls, "gate", values, source)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class Params:
+    source: str
+    model: ModelParams
+    skills: SkillsParams
+    tasks: TasksParams
+    evidence: EvidenceParams
+    propose: ProposeParams
+    arms: Mapping[str, Arm]
+    bench: BenchParams
+    gate: Policy
+    notes: tuple[str, ...] = ()  # warnings worth printing (a short model id, a deprecated model)
+
+    @property
+    def proposer_model(self) -> str:
+        return self.propose.model or self.model.name
+
+
+T = TypeVar("T")
+
+
+def _typed(cls: type[T], values: Mapping[str, Any]) -> T:
+    """A section dataclass from validated values: lists become tuples, mappings read-only, floats floats."""
+    out = {}
+    for f in fields(cls):  # type: ignore[arg-type]
+        value = values[f.name]
+        if isinstance(value, list):
+            value = tuple(value)
+        elif isinstance(value, dict):
+            value = MappingProxyType(dict(value))
+        elif f.type in ("float", "float | None") and isinstance(value, int) and not isinstance(value, bool):
+            value = float(value)
+        out[f.name] = value
+    return cls(**out)
+
+
+def _resolve(node: Mapping[str, Any]) -> Mapping[str, Any]:
+    ref = node.get("$ref")
+    if isinstance(ref, str) and ref.startswith("#/$defs/"):
+        return load_schema(SCHEMA)["$defs"][ref.removeprefix("#/$defs/")]
+    return node
+
+
+def fill_defaults(value: Any, schema: Mapping[str, Any]) -> Any:
+    """A copy of `value` with every missing object property that has a schema default filled in, recursively."""
+    schema = _resolve(schema)
+    if not isinstance(value, dict):
+        return value
+    out = dict(value)
+    for name, sub in schema.get("properties", {}).items():
+        default = sub.get("default", _resolve(sub).get("default", _MISSING))
+        if name not in out and default is not _MISSING:
+            out[name] = copy.deepcopy(default)
+        if name in out:
+            out[name] = fill_defaults(out[name], sub)
+    return out
+
+
+def _check_plain(value: Any, source: str, path: str = "$") -> None:
+    """YAML can say things JSON cannot: non-string keys, NaN, infinities, dates. Refuse them by key path."""
+    if isinstance(value, dict):
+        for key, sub in value.items():
+            if not isinstance(key, str):
+                raise BadInput(f"{source}: {path}: key {key!r} is not a string (rule: string keys)")
+            _check_plain(sub, source, f"{path}.{key}")
+    elif isinstance(value, list):
+        for i, sub in enumerate(value):
+            _check_plain(sub, source, f"{path}[{i}]")
+    elif isinstance(value, float) and not math.isfinite(value):
+        raise BadInput(f"{source}: {path}: {value} is not a finite number (rule: finite numbers)")
+    elif not (value is None or isinstance(value, (str, int, float, bool))):
+        raise BadInput(f"{source}: {path}: {value!r} is a {type(value).__name__}, not a JSON value "
+                       "(quote it) (rule: plain values)")
+
+
+def section(cls: type[T], name: str, values: Mapping[str, Any], source: str) -> T:
+    """One section on its own (a promotion's embedded policy, a test's limits), defaults filled, validated."""
+    _check_plain(dict(values), source, "$")
+    filled = fill_defaults(dict(values), load_schema(SCHEMA)["$defs"][name])
+    validate(filled, SCHEMA, source, definition=name)
+    return _typed(cls, filled)
+
+
+def parse(doc: Any, source: str = "params.yaml", *, today: date | None = None) -> Params:
+    """Typed params from a parsed document; BadInput names `source`, the key path and the rule."""
+    if doc is None:
+        doc = {}
+    if not isinstance(doc, dict):
+        raise BadInput(f"{source}: must be a mapping of sections (rule: params.yaml shape)")
+    _check_plain(doc, source)
+    filled = fill_defaults(doc, load_schema(SCHEMA))
+    paths = filled["skills"].get("paths") if isinstance(filled.get("skills"), dict) else None
+    if isinstance(paths, dict):  # the one normal form of the family's directories, before anything uses them
+        paths.update({k: (layout.repo_dir(v) if isinstance(v, str) else
+                          [layout.repo_dir(x) if isinstance(x, str) else x for x in v] if isinstance(v, list) else v)
+                      for k, v in paths.items()})
+    validate(filled, SCHEMA, source)
+    paths = filled["skills"]["paths"]
+    if paths["skills"] in paths["mirrors"]:
+        raise BadInput(f"{source}: $.skills.paths.mirrors: {paths['skills']!r} is the canonical directory itself "
+                       "(rule: a mirror is another directory)")
+    today = today or datetime.now(timezone.utc).date()
+    notes = [*models.check_id(filled["model"]["name"], f"{source}: model.name", today)]
+    if filled["propose"]["model"] is not None:
+        notes += models.check_id(filled["propose"]["model"], f"{source}: propose.model", today)
+    arms = {name: Arm(name, name, tuple(Session(s["skill"], s["prompt"]) for s in spec["sessions"]))
+            for name, spec in sorted(filled["arms"].items())}
+    skills = filled["skills"]
+    return Params(
+        source=source,
+        model=_typed(ModelParams, filled["model"]),
+        skills=SkillsParams(tuple(skills["evolvable"]), skills["paths"]["skills"], tuple(skills["paths"]["mirrors"])),
+        tasks=_typed(TasksParams, filled["tasks"]),
+        evidence=_typed(EvidenceParams, filled["evidence"]),
+        propose=_typed(ProposeParams, filled["propose"]),
+        arms=MappingProxyType(arms),
+        bench=_typed(BenchParams, filled["bench"]),
+        gate=_typed(Policy, filled["gate"]),
+        notes=tuple(notes),
+    )
+
+
+def load(path: str | Path = "params.yaml", *, today: date | None = None, skills: str | None = None,
+         mirrors: list[str] | None = None) -> Params:
+    """params.yaml from disk: bounded, capped YAML, then parse().
+
+    `skills` and `mirrors` are the family's directories as dvc.yaml passes them (from `skills.paths`); they take
+    the place of that section and pass the same checks.
+    """
+    doc = documents.load_yaml(path, what="params file", max_bytes=MAX_PARAMS_BYTES)
+    if (skills is not None or mirrors is not None) and isinstance(doc, dict):
+        section = doc.setdefault("skills", {})
+        paths = section.setdefault("paths", {}) if isinstance(section, dict) else None
+        if isinstance(paths, dict):
+            paths.update({k: v for k, v in (("skills", skills), ("mirrors", mirrors)) if v is not None})
+    return parse(doc, str(path), today=today)
+
+
+def evidence_limits(**overrides: Any) -> EvidenceParams:
+    """The `evidence:` section with the schema's defaults, for callers that build a bundle without params.yaml."""
+    return section(EvidenceParams, "evidence", overrides, "evidence limits")

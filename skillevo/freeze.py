@@ -1,0 +1,97 @@
+"""Freeze: validate the candidate overlay, copy it read-only, and bind it and every apply destination by digest.
+
+The manifest is what the candidate bench, the gate and apply trust: the overlay digest, the candidate arms it
+requires, and the committed sha256 of every file an apply would replace (the canonical skill file and its
+copy in every mirror). A mirror is a byte copy of the canonical family: one that has drifted was never
+measured, so freeze refuses it rather than let apply overwrite it.
+"""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+from typing import Any
+
+from skillevo import arms, documents, layout, overlay, safefs
+from skillevo import tasks as tasks_mod
+from skillevo.config import Params
+from skillevo.digests import framed_digest, sha256_bytes
+from skillevo.errors import BadInput, BrokenEnvironment
+from skillevo.oracle_guard import OracleGuard
+from skillevo.schemas import validate
+
+MANIFEST = "manifest.json"
+OVERLAY = "overlay"
+
+
+def committed_digests(repo: Path, paths: list[str]) -> dict[str, str]:
+    """sha256 of each path's committed bytes at HEAD, which must equal the working tree's."""
+    out = {}
+    for path in paths:
+        shown = subprocess.run(["git", "-c", "core.fsmonitor=false", "-C", str(repo), "show", f"HEAD:{path}"],
+                               capture_output=True)
+        if shown.returncode != 0:
+            raise BadInput(f"{repo / path}: has no committed base at HEAD (rule: apply replaces committed files only)")
+        live = safefs.read_below(repo, path, max_bytes=layout.MAX_SKILL_FILE_BYTES, what="destination")
+        if live != shown.stdout:
+            raise BadInput(f"{repo / path}: differs from its committed bytes; commit or restore it first "
+                           "(rule: no drift)")
+        out[path] = sha256_bytes(shown.stdout)
+    return out
+
+
+def _check_mirrors(files: dict[str, bytes], digests: dict[str, str], params: Params) -> None:
+    for rel in sorted(files):
+        canonical = digests[f"{params.skills.skills}/{rel}"]
+        for mirror in params.skills.mirrors:
+            if digests[f"{mirror}/{rel}"] != canonical:
+                raise BadInput(f"{mirror}/{rel}: is not a byte copy of {params.skills.skills}/{rel} (params "
+                               "skills.paths.mirrors are copies apply keeps in step; sync the mirror and commit) "
+                               "(rule: mirrors match)")
+
+
+def proposer_model(session: Path) -> str:
+    record = validate(documents.load_json(session, what="proposer session record"), "session-record", session)
+    return record["model"]
+
+
+def freeze(overlay_dir: Path, *, params: Params, tasks_file: Path, repo: Path, out: Path,
+           session: Path | None) -> dict[str, Any]:
+    """Validate `overlay_dir`, write `<out>/overlay` (0444/0555) and `<out>/manifest.json`; return the manifest.
+
+    `session` is the proposer's session record (for its model); None for a hand-written candidate.
+    """
+    limits = overlay.Limits(max_changed_lines=params.propose.max_changed_lines)
+    files = overlay.read_overlay(overlay_dir, limits)
+    family = layout.read_family(repo / params.skills.skills)
+    tasks = tasks_mod.load(tasks_file, target_roots=params.tasks.target_roots)
+    evolvable = set(params.skills.evolvable)
+    changed = overlay.validate(files, family, evolvable, OracleGuard.for_tasks(tasks), limits, params.skills.skills)
+    arms.check_skills(params.arms, layout.skill_names_in(family), params.source)
+    required = arms.required_candidate_arms({layout.skill_of(rel) for rel in files}, params.arms)
+    if not required:
+        raise BadInput(f"{overlay_dir}: no arm uses the skills this overlay touches (rule: required arms)")
+    model = proposer_model(session) if session is not None else None
+    digests = committed_digests(repo, layout.destinations(set(files), params.skills.roots))
+    _check_mirrors(files, digests, params)
+    manifest = {
+        "schema_version": 1,
+        "overlay_digest": framed_digest(files.items()),
+        "files": [{"path": rel, "sha256": sha256_bytes(data), "size": len(data)} for rel, data in sorted(files.items())],
+        "required_candidate_arms": [a.name for a in required],
+        "destinations": digests,
+        "candidate_origin": "proposer" if session is not None else "hand-written",
+        "proposer_model": model,
+        "evolvable_skills": sorted(evolvable),
+        "changed_lines": changed,
+    }
+    validate(manifest, "freeze-manifest", out / MANIFEST)
+    if out.exists() and not out.is_symlink() and out.is_dir() and set(p.name for p in out.iterdir()) - {MANIFEST, OVERLAY}:
+        raise BadInput(f"{out}: holds more than a previous freeze ({MANIFEST}, {OVERLAY}/); refusing to replace it")
+    safefs.remove_tree(out)
+    safefs.write_tree(out / OVERLAY, files, file_mode=0o444, dir_mode=0o555)
+    frozen = safefs.read_tree(out / OVERLAY, max_file_bytes=limits.max_file_bytes, max_total_bytes=limits.max_total_bytes)
+    if frozen != files:
+        raise BrokenEnvironment(f"{out / OVERLAY}: the frozen copy differs from the validated overlay")
+    safefs.write_atomic(out / MANIFEST, documents.dump_json(manifest))
+    return manifest

@@ -1,0 +1,91 @@
+"""Which model answers a session, and whether its id can be trusted to mean the same model tomorrow.
+
+The pinned CLI's own catalog (skillevo.pins.MODEL_IDS) is the only table of ids: a floating alias (`sonnet`,
+`default`, `...-latest`) or an id the CLI remaps can change under the evidence between bench and apply, and a
+retired id no longer answers; both are refused. A short id that points at a dated snapshot works, but the
+snapshot is what the API serves, so it earns a warning; every row records the id the API says it served.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from datetime import date
+from typing import Any
+
+from skillevo.errors import BadInput, BrokenEnvironment
+from skillevo.pins import CLAUDE_CODE_VERSION, FLOATING_ALIASES, MODEL_IDS
+
+ANTHROPIC_URL = "https://api.anthropic.com"
+API_KEY_ENV = "ANTHROPIC_API_KEY"
+_SNAPSHOT_OF = {snapshot: short for short, (snapshot, _, _) in MODEL_IDS.items()}
+
+
+def is_floating(name: str) -> bool:
+    """An alias (`sonnet`, `default`, `...-latest`) the CLI resolves to whatever is newest: not a pinned id."""
+    base = name.strip().lower().removesuffix("[1m]")
+    return not base or base in FLOATING_ALIASES or base.endswith(("latest", "auto"))
+
+
+def check_id(name: str, where: str, today: date) -> list[str]:
+    """Refuse a floating, remapped or retired id (BadInput naming `where`); return warnings for the rest."""
+    base = name.strip().lower().removesuffix("[1m]")
+    if is_floating(name):
+        raise BadInput(f"{where}: {name!r} is a floating alias that the CLI resolves to whatever is newest; name a "
+                       "pinned model id such as claude-sonnet-4-6 (rule: pinned model id)")
+    short = base if base in MODEL_IDS else _SNAPSHOT_OF.get(base)
+    if short is None:
+        return [f"{where}: {name!r} is not in the pinned Claude Code {CLAUDE_CODE_VERSION}'s model catalog; "
+                "results are only comparable while the endpoint keeps serving the same model"]
+    snapshot, retires, remapped = MODEL_IDS[short]
+    if remapped:
+        raise BadInput(f"{where}: {name!r} is remapped by the pinned Claude Code {CLAUDE_CODE_VERSION} to another "
+                       "model, so it would not be the model measured (rule: pinned model id)")
+    notes = []
+    if retires is not None:
+        if date.fromisoformat(retires) <= today:
+            raise BadInput(f"{where}: {name!r} was retired on {retires} (the pinned Claude Code "
+                           f"{CLAUDE_CODE_VERSION}'s deprecation table) (rule: current model)")
+        notes.append(f"{where}: {name!r} is deprecated and retires on {retires}")
+    if base != snapshot:
+        notes.append(f"{where}: {name!r} is a short id for the snapshot {snapshot!r}; rows record the served id")
+    return notes
+
+
+@dataclass(frozen=True)
+class Model:
+    """Which model answers the sessions, and at which base URL (the simulator's, the API's, an endpoint's)."""
+
+    backend: str  # simulator | anthropic | endpoint
+    name: str
+    endpoint: str
+    effort: str | None = None
+
+    @property
+    def simulated(self) -> bool:
+        return self.backend == "simulator"
+
+
+def resolve(model: Any, simulator_url: str | None, name: str | None = None) -> tuple[Model, str | None]:
+    """The model for `config.ModelParams` and its credential (from the environment, never from a file).
+
+    `name` overrides the model id (the proposer's own model); `simulator_url` is required for the simulator.
+    """
+    name = name or model.name
+    if model.backend == "simulator":
+        if simulator_url is None:
+            raise BrokenEnvironment("the simulator backend needs a running simulator")
+        return Model("simulator", name, simulator_url, model.effort), None
+    key = os.environ.get(API_KEY_ENV) or None
+    if model.backend == "anthropic":
+        if not key:
+            raise BrokenEnvironment(f"model.backend is anthropic but {API_KEY_ENV} is not set in the environment "
+                                    "(export it; never put it in a file)")
+        return Model("anthropic", name, ANTHROPIC_URL, model.effort), key
+    return Model("endpoint", name, model.base_url, model.effort), key
+
+
+def binding(model: Any) -> dict[str, Any]:
+    """What bench.json and promotion.json bind about the backend (bench-run.schema.json#/$defs/backend)."""
+    return {"backend": model.backend, "name": model.name,
+            "base_url": model.base_url if model.backend == "endpoint" else None, "simulated": model.simulated}

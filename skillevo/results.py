@@ -1,0 +1,222 @@
+"""Reading a bench side back: its rows and provenance, checked, and what they add up to per (task, arm).
+
+The gate, the evidence stage and the bench report all read sides through this module, and the error-kind
+classes come from schemas/result-row.schema.json, so what counts as a harness fault is decided in one
+place. Nothing here is a gate rule: the bench depends on this module, and editing the gate never
+invalidates a paid bench.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections import Counter, defaultdict
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from skillevo import documents, safefs
+from skillevo.digests import sha256_bytes
+from skillevo.errors import BadInput
+from skillevo.layout import candidate_arm
+from skillevo.schemas import load_schema, validate
+
+_ROW_DEFS = load_schema("result-row")["$defs"]
+# Faults of the harness: the run measured nothing about the skill, so it is excluded from the statistics.
+EXCLUDED_ERROR_KINDS = frozenset(_ROW_DEFS["excluded_error_kind"]["enum"])
+# Valid but unresolved measurements: they count, with the cost they ran up.
+MEASURED_ERROR_KINDS = frozenset(_ROW_DEFS["measured_error_kind"]["enum"])
+TOKEN_FIELDS = ("input_tokens", "output_tokens", "cache_creation_input_tokens", "cache_read_input_tokens")
+CHURN_FIELDS = ("diff_files", "diff_insertions", "diff_deletions")
+MEDIAN_FIELDS = ("cost_usd", *TOKEN_FIELDS, "num_turns", "duration_s", "wall_s", *CHURN_FIELDS)
+SIDES = ("incumbent", "candidate")
+RESULTS_FILE = "results.jsonl"
+BENCH_FILE = "bench.json"
+MAX_ARTIFACT_BYTES = 64 << 20
+MISMATCH = "does not match its row (size or sha256 differs)"
+
+
+class ArtifactMismatch(BadInput):
+    """A stored transcript or patch is not the one its row describes; `reason` says how, without the path."""
+
+    def __init__(self, where: str, reason: str) -> None:
+        super().__init__(f"{where}: {reason}")
+        self.reason = reason
+
+
+@dataclass(frozen=True)
+class Side:
+    """One bench side as read from disk: its provenance (bench.json) and its validated rows."""
+
+    directory: Path
+    bench: dict[str, Any]
+    rows: tuple[dict[str, Any], ...]
+
+
+def is_excluded(row: Mapping[str, Any]) -> bool:
+    return row["error_kind"] in EXCLUDED_ERROR_KINDS
+
+
+def cell_name(row: Mapping[str, Any]) -> str:
+    return f"{row['task']}/{row['arm']}/run{row['run']}"
+
+
+def read_artifact(meta: Mapping[str, Any], directory: Path) -> bytes:
+    """An artifact's bytes, if and only if they match its row's size and sha256 (the size is checked before a
+    byte is read, so a grown file is never read whole)."""
+    where = f"{directory}/{meta['path']}"
+    try:
+        data = safefs.read_below(directory, meta["path"], max_bytes=min(meta["bytes"], MAX_ARTIFACT_BYTES),
+                                 what="artifact")
+    except safefs.TooLarge:
+        raise ArtifactMismatch(where, MISMATCH) from None
+    except BadInput as e:
+        raise ArtifactMismatch(where, str(e).removeprefix(f"{where}: ")) from None
+    if len(data) != meta["bytes"] or sha256_bytes(data) != meta["sha256"]:
+        raise ArtifactMismatch(where, MISMATCH)
+    return data
+
+
+def _check_row(row: Mapping[str, Any], where: str) -> None:
+    """Rules a schema cannot state within one row."""
+    if row["resolved"] and not (row["verify_passed"] and row["oracle_passed"] and row["error_kind"] is None):
+        raise BadInput(f"{where}: resolved without verify and oracle passing, or with an error_kind (rule: resolved)")
+    if not row["resolved"] and row["error_kind"] is None:
+        raise BadInput(f"{where}: unresolved but no error_kind (rule: unresolved run names its failure)")
+    if row["incumbent_arm"] != row["arm"] and row["arm"] != candidate_arm(row["incumbent_arm"]):
+        raise BadInput(f"{where}: arm {row['arm']!r} is neither its incumbent_arm nor "
+                       f"{candidate_arm(row['incumbent_arm'])!r} (rule: arm pairing)")
+
+
+def read_rows(directory: Path, side: str | None = None) -> tuple[list[tuple[str, dict[str, Any]]], str]:
+    """(`(file:line, row)` for every row of `<directory>/results.jsonl`, the file's sha256).
+
+    Each row must match result-row.schema.json and the rules above, name `side` when one is given, and be the
+    only row of its cell.
+    """
+    path = directory / RESULTS_FILE
+    if directory.is_symlink():
+        raise BadInput(f"{directory}: a bench side directory must not be a symlink (rule: no symlinks)")
+    data = safefs.read_file(path, max_bytes=documents.MAX_JSON_BYTES, what="results")
+    rows, seen = [], set()
+    for number, line in enumerate(documents.jsonl_lines(safefs.decode(data, str(path), "results")), start=1):
+        where = f"{path}:{number}"
+        row = documents.parse_json(line, where)
+        validate(row, "result-row", where)
+        _check_row(row, where)
+        if side is not None and row["side"] != side:
+            raise BadInput(f"{where}: $.side: is {row['side']!r}, but the row is in the {side} side (rule: side)")
+        cell = (row["task"], row["arm"], row["run"])
+        if cell in seen:
+            raise BadInput(f"{where}: task {cell[0]!r}, arm {cell[1]!r}, run {cell[2]} appears twice "
+                           "(rule: one row per cell)")
+        seen.add(cell)
+        rows.append((where, row))
+    return rows, sha256_bytes(data)
+
+
+def load_side(directory: Path, side: str) -> Side:
+    """Read and check `<directory>/bench.json` and its rows for the named side, each row against bench.json."""
+    bench_path = directory / BENCH_FILE
+    bench = validate(documents.load_json(bench_path, what="bench provenance"), "bench-run", bench_path)
+    if bench["side"] != side:
+        raise BadInput(f"{bench_path}: $.side: is {bench['side']!r}, expected {side!r} (rule: side)")
+    if (bench["overlay_digest"] is None) != (side == "incumbent"):
+        raise BadInput(f"{bench_path}: $.overlay_digest: the candidate side carries the overlay digest and only it "
+                       "(rule: overlay_digest)")
+    arms: dict[str, str] = {}
+    for i, arm in enumerate(bench["arms"]):
+        expected = arm["incumbent_arm"] if side == "incumbent" else candidate_arm(arm["incumbent_arm"])
+        if arm["name"] != expected or arm["name"] in arms:
+            raise BadInput(f"{bench_path}: $.arms[{i}]: a {side} arm pairing {arm['incumbent_arm']!r} must be named "
+                           f"{expected!r} and declared once (rule: arm naming)")
+        arms[arm["name"]] = arm["incumbent_arm"]
+    classes: dict[str, str] = {}
+    for i, binding in enumerate(bench["task_bindings"]):
+        if binding["id"] in classes:
+            raise BadInput(f"{bench_path}: $.task_bindings[{i}]: task {binding['id']!r} is bound twice "
+                           "(rule: unique tasks)")
+        classes[binding["id"]] = binding["class"]
+    rows, _ = read_rows(directory, side)
+    for where, row in rows:
+        problem = (
+            f"arm {row['arm']!r} is not declared in {bench_path} (rule: declared arm)" if row["arm"] not in arms else
+            f"task {row['task']!r} is not bound in {bench_path} (rule: bound task)" if row["task"] not in classes else
+            f"class {row['class']!r} differs from the binding's {classes[row['task']]!r} (rule: task class)"
+            if row["class"] != classes[row["task"]] else
+            f"overlay_digest differs from {bench_path} (rule: a row carries its side's overlay digest)"
+            if row["overlay_digest"] != bench["overlay_digest"] else None)
+        if problem:
+            raise BadInput(f"{where}: {problem}")
+    return Side(directory, bench, tuple(row for _, row in rows))
+
+
+def aggregate(
+    rows: Iterable[Mapping[str, Any]], task_classes: Mapping[str, str], arms: Iterable[str]
+) -> dict[tuple[str, str], dict[str, Any]]:
+    """One aggregate per (task, arm) pair, also for pairs without rows: a missing arm reads as zero runs."""
+    grouped: dict[tuple[str, str], list[Mapping[str, Any]]] = defaultdict(list)
+    arms = sorted(set(arms))
+    for row in rows:
+        if row["task"] not in task_classes or row["arm"] not in arms:
+            raise BadInput(f"row for task {row['task']!r}, arm {row['arm']!r} is outside the bound tasks and arms")
+        grouped[(row["task"], row["arm"])].append(row)
+    return {
+        (task, arm): _aggregate_cell(task, cls, arm, grouped[(task, arm)])
+        for task, cls in sorted(task_classes.items())
+        for arm in arms
+    }
+
+
+def _aggregate_cell(task: str, cls: str, arm: str, rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    valid = [row for row in rows if not is_excluded(row)]
+    kinds = Counter(row["error_kind"] for row in rows if row["error_kind"] is not None)
+    cell: dict[str, Any] = {
+        "task": task,
+        "class": cls,
+        "arm": arm,
+        "runs": len(rows),
+        "valid_runs": len(valid),
+        "excluded_runs": len(rows) - len(valid),
+        "resolved": sum(1 for row in valid if row["resolved"]),
+        "error_kinds": dict(sorted(kinds.items())),
+    }
+    for field in MEDIAN_FIELDS:
+        cell[field] = _median([row[field] for row in valid])
+    return cell
+
+
+def _median(values: Sequence[float | None]) -> float | None:
+    """None without valid runs, and None when any is unmeasured: an unmeasured cost is never 0.
+
+    Always a float, so the same runs in any order give the same bytes in promotion.json.
+    """
+    if not values or any(v is None for v in values):
+        return None
+    return float(statistics.median(values))
+
+
+def valid_samples(rows: Iterable[Mapping[str, Any]], metric: str) -> dict[tuple[str, str], list[float | None]]:
+    """The metric of every valid run per (task, arm), sorted so that row order cannot reach the bootstrap."""
+    samples: dict[tuple[str, str], list[float | None]] = defaultdict(list)
+    for row in rows:
+        if not is_excluded(row):
+            samples[(row["task"], row["arm"])].append(row[metric])
+    return {key: sorted(values, key=lambda v: (v is None, v or 0)) for key, values in samples.items()}
+
+
+def side_totals(rows: Iterable[Mapping[str, Any]]) -> dict[str, float | int]:
+    """What a side cost to produce, excluded runs included: they were paid for too."""
+    rows = list(rows)
+    measured = [row["cost_usd"] for row in rows if row["cost_usd"] is not None]
+    return {
+        "runs": len(rows),
+        "sessions": sum(len(row["session_ids"]) for row in rows),
+        "total_cost_usd": round(sum(sorted(measured)), 6),
+        "unmeasured_cost_runs": len(rows) - len(measured),
+    }
+
+
+def served_models(rows: Iterable[Mapping[str, Any]]) -> list[str]:
+    """Every model id the API said it served across these rows (a side should have exactly one)."""
+    return sorted({m for row in rows for m in row["served_models"]})
