@@ -1,9 +1,9 @@
-"""A whole pipeline's outputs for apply, in a throwaway git repository: skills, a mirror, a frozen overlay with
-its manifest, the incumbent bench.json, params.yaml and a promotion.json the real gate code built."""
+"""A whole pipeline's outputs for apply, in a throwaway git repository, each made by its real producer: skills
+and a mirror committed, params.yaml, results/freeze from skillevo.freeze, the incumbent bench.json, and a
+promotion.json the real gate code built."""
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 from dataclasses import dataclass
@@ -12,14 +12,17 @@ from pathlib import Path
 
 import yaml
 
+from skillevo import config
 from skillevo.apply import ApplyPaths
-from skillevo.digests import framed_digest, sha256_bytes
-from skillevo.gate import Policy, build_promotion, write_promotion
-from tests.gate_rows import CANDIDATE, MODEL, sides, write_side
+from skillevo.freeze import freeze
+from skillevo.gate import build_promotion, write_promotion
+from tests.bench_fixtures import make_mini
+from tests.gate_rows import INCUMBENT, sides, write_side
 from tests.test_gate_promotion import promoting_rows
 
 NOW = datetime(2025, 3, 1, 12, 0, tzinfo=timezone.utc)  # when the gate decided
 APPLY_AT = NOW + timedelta(days=1)
+MODEL_NAME = "claude-sonnet-4-6"  # a pinned current id: params load without a warning
 MIRRORS = [".claude/skills"]
 ROOTS = ["skills", *MIRRORS]
 ORIGINAL = {
@@ -79,12 +82,26 @@ class Pipeline:
                 "--now", APPLY_AT.isoformat()]
 
 
+ARMS = {INCUMBENT: {"sessions": [{"skill": "plan", "prompt": "Plan: {prompt}"},
+                                  {"skill": "work", "prompt": "Work: {prompt}"}]}}
+
+
 def params(*, gate=None, mirrors=MIRRORS, model=None) -> dict:
     return {
-        "model": model or {"backend": MODEL["backend"], "name": MODEL["name"], "base_url": None, "effort": "medium"},
-        "skills": {"dir": "skills", "mirrors": list(mirrors), "evolvable": ["plan", "work"]},
+        "model": model or {"backend": "simulator", "name": MODEL_NAME, "base_url": None, "effort": "medium"},
+        "skills": {"evolvable": ["plan", "work"], "paths": {"skills": "skills", "mirrors": list(mirrors)}},
+        "arms": ARMS,
         "gate": gate or {},
     }
+
+
+def bench_sides(rows):
+    """The gate's two sides from these rows, benchmarked with MODEL_NAME (what params.yaml names)."""
+    incumbent, candidate = sides([{**r, "model": MODEL_NAME, "served_models": [MODEL_NAME]} for r in rows])
+    for side in (incumbent, candidate):
+        side.bench["model"]["name"] = MODEL_NAME
+        side.bench["served_models"] = [MODEL_NAME]
+    return incumbent, candidate
 
 
 def make_pipeline(tmp_path: Path, *, rows=None) -> Pipeline:
@@ -99,34 +116,22 @@ def make_pipeline(tmp_path: Path, *, rows=None) -> Pipeline:
     git(repo, "commit", "-q", "-m", "skills")
 
     results = repo / "results"
-    freeze = results / "freeze"
+    candidate_overlay = tmp_path / "candidate"
     for rel, data in OVERLAY.items():
-        (freeze / "overlay" / rel).parent.mkdir(parents=True, exist_ok=True)
-        (freeze / "overlay" / rel).write_bytes(data)
-        (freeze / "overlay" / rel).chmod(0o444)
-    manifest = {
-        "schema_version": 1,
-        "overlay_digest": framed_digest(OVERLAY.items()),
-        "files": [{"path": rel, "sha256": sha256_bytes(data), "size": len(data)}
-                  for rel, data in sorted(OVERLAY.items())],
-        "required_candidate_arms": [CANDIDATE],
-        "destinations": {f"{root}/{rel}": sha256_bytes(data) for root in ROOTS for rel, data in ORIGINAL.items()},
-        "candidate_origin": "proposer",
-        "proposer_model": "skillevo-sim-proposer-1",
-        "evolvable_skills": ["plan", "work"],
-        "changed_lines": 2,
-    }
-    (freeze / "manifest.json").write_text(json.dumps(manifest, indent=1), encoding="utf-8")
+        (candidate_overlay / rel).parent.mkdir(parents=True, exist_ok=True)
+        (candidate_overlay / rel).write_bytes(data)
+    manifest = freeze(candidate_overlay, params=config.load(repo / "params.yaml"),
+                      tasks_file=make_mini(tmp_path / "bench"), repo=repo, out=results / "freeze", session=None)
 
-    incumbent, candidate = sides(rows or promoting_rows())
+    incumbent, candidate = bench_sides(rows or promoting_rows())
     candidate.bench["overlay_digest"] = manifest["overlay_digest"]
     write_side(results / "bench-incumbent", incumbent.bench, list(incumbent.rows))
-    promotion = build_promotion(incumbent, candidate, manifest, Policy(), now=NOW)
+    promotion = build_promotion(incumbent, candidate, manifest, config.Policy.from_dict({}), now=NOW)
     write_promotion(promotion, results / "gate" / "promotion.json")
 
     paths = ApplyPaths(
         promotion=results / "gate" / "promotion.json",
-        freeze=freeze,
+        freeze=results / "freeze",
         incumbent_bench=results / "bench-incumbent",
         params=repo / "params.yaml",
         repo=repo,

@@ -7,6 +7,8 @@ from pathlib import Path
 
 import yaml
 
+from skillevo import config
+
 ROOT = Path(__file__).resolve().parents[1]
 CANARY = "skillevo-oracle-canary: 0f3a9c1e5b7d2468"
 
@@ -63,14 +65,21 @@ def make_mini(root: Path) -> Path:
     return tasks / "tasks.yaml"
 
 
-def params(runs: int = 1, workers: int = 2) -> dict:
+def params_doc(runs: int = 1, workers: int = 2, **sections: dict) -> dict:
+    """The project's params.yaml as a document, with runs, workers and whole sections changed."""
     doc = yaml.safe_load((ROOT / "params.yaml").read_text())
     doc["bench"].update(runs=runs, workers=workers)
+    for name, values in sections.items():
+        doc[name] = {**doc.get(name, {}), **values}
     return doc
 
 
+def params(runs: int = 1, workers: int = 2, **sections: dict) -> config.Params:
+    return config.parse(params_doc(runs, workers, **sections))
+
+
 def write_params(path: Path, **kw) -> Path:
-    path.write_text(yaml.safe_dump(params(**kw)))
+    path.write_text(yaml.safe_dump(params_doc(**kw)))
     return path
 
 

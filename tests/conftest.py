@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -23,20 +24,54 @@ def book() -> playbook.Playbook:
     return demo.book()
 
 
-def session_processes(*needles: str) -> list[str]:
-    """Command lines of live processes that belong to a session (the CLI, the relay end, markers)."""
-    needles = needles or ("/opt/claude/claude", "TCP-LISTEN:8787", "skillevo-session-")
-    found = []
-    for proc in Path("/proc").iterdir():
-        if not proc.name.isdigit():
-            continue
+def cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
+    except OSError:
+        return ""
+
+
+def _children() -> dict[int, list[int]]:
+    kids: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
         try:
-            cmd = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-        except OSError:
+            ppid = int(stat.read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
             continue
-        if any(n in cmd for n in needles):
-            found.append(f"{proc.name}: {cmd}")
-    return found
+        kids.setdefault(ppid, []).append(int(stat.parent.name))
+    return kids
+
+
+def process_tree(roots: set[int]) -> set[int]:
+    """The processes `roots` started, theirs, and so on (the roots included)."""
+    kids, seen, todo = _children(), set(), list(roots)
+    while todo:
+        pid = todo.pop()
+        if pid not in seen:
+            seen.add(pid)
+            todo += kids.get(pid, [])
+    return seen
+
+
+def carrying(marker: str) -> set[int]:
+    """Processes whose command line carries `marker`: a string only this test made (a tmp path, a uuid)."""
+    return {int(p.name) for p in Path("/proc").iterdir() if p.name.isdigit() and marker in cmdline(int(p.name))}
+
+
+SESSION_NEEDLES = ("/opt/claude/claude", "TCP-LISTEN:8787", "skillevo-session-")
+
+
+def session_processes(*markers: str) -> list[str]:
+    """Session processes this test run started that are still alive, as "<pid>: <command line>".
+
+    Without markers: processes descending from this pytest process that look like a session (the CLI, the
+    relay's loopback end, a session's private directory); never another checkout's demo running beside the
+    tests. With markers (strings only this test made), any process carrying one, wherever it was reparented.
+    """
+    pids = set().union(*(carrying(m) for m in markers)) if markers else {
+        pid for pid in process_tree({os.getpid()}) - {os.getpid()}
+        if any(n in cmdline(pid) for n in SESSION_NEEDLES)}
+    return [f"{pid}: {cmdline(pid)}" for pid in sorted(pids) if cmdline(pid)]
 
 
 @pytest.fixture(scope="session")
@@ -48,5 +83,5 @@ def demo_incumbent(tmp_path_factory) -> tuple[Path, list[dict]]:
     out = tmp_path_factory.mktemp("demo-incumbent") / "bench-incumbent"
     p = params(runs=1)
     tasks = ROOT / "tasks/tasks.yaml"
-    rows = run_side(plan("incumbent", tasks, ROOT / "skills", None, p), tasks, ROOT / "skills", None, p, out, quiet=True)
+    rows = run_side(plan("incumbent", tasks, ROOT / "skills", None, p), p, out, quiet=True)
     return out, rows

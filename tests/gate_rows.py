@@ -9,7 +9,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from skillevo.gate.aggregate import EXCLUDED_ERROR_KINDS, Side
+from skillevo.results import EXCLUDED_ERROR_KINDS, Side
 
 INCUMBENT, CANDIDATE = "workflow", "candidate_workflow"
 OVERLAY = "a" * 64
@@ -82,6 +82,7 @@ def row(
             "workspace_s": 0.1, "setup_s": 0.0, "sessions_s": [10.0], "verify_s": 1.0, "oracle_s": 1.0, "churn_s": 0.1,
         },
         "model": MODEL["name"],
+        "served_models": [MODEL["name"]],
         "backend": MODEL["backend"],
         "simulated": MODEL["simulated"],
         "effort": "medium",
@@ -113,6 +114,7 @@ def bench(side: str, tasks: dict[str, str], *, arms: tuple[str, ...] = (INCUMBEN
         "skipped_tasks": [],
         "overlay_digest": None if side == "incumbent" else OVERLAY,
         "skills_digest": "2" * 64,
+        "served_models": [MODEL["name"]],
         "cells": 3 * len(tasks) * len(names),
         "rows": 3 * len(tasks) * len(names),
         **fields,
@@ -129,6 +131,7 @@ def freeze(required: tuple[str, ...] = (CANDIDATE,), **fields: Any) -> dict[str,
         "candidate_origin": "proposer",
         "proposer_model": "skillevo-sim-proposer-1",
         "evolvable_skills": ["work"],
+        "changed_lines": 1,
         **fields,
     }
 

@@ -18,11 +18,26 @@ from pathlib import Path
 
 import pytest
 
-from skillevo import apply as apply_mod
-from skillevo.apply import ApplyRefused, RollbackIncomplete, RolledBack, apply_promotion, revert
+from skillevo.apply import (
+    ApplyRefused,
+    RollbackIncomplete,
+    RolledBack,
+    apply_promotion,
+    revert,
+)
+from skillevo.apply import fs as apply_fs
 from skillevo.digests import sha256_bytes
 from stages import apply as stage
-from tests.apply_fixtures import APPLY_AT, DESTINATIONS, NOW, ORIGINAL, Pipeline, git, make_pipeline
+from tests.apply_fixtures import (
+    APPLY_AT,
+    DESTINATIONS,
+    MODEL_NAME,
+    NOW,
+    ORIGINAL,
+    Pipeline,
+    git,
+    make_pipeline,
+)
 from tests.gate_rows import CANDIDATE
 from tests.test_gate_promotion import promoting_rows
 
@@ -107,6 +122,14 @@ def test_a_receipt_less_revert_is_refused(pipe: Pipeline):
     assert_clean(pipe, pipe.originals())
 
 
+def test_a_receipt_apply_did_not_write_is_refused(pipe: Pipeline):
+    run(pipe)
+    _edit_json(pipe.paths.receipt, lambda r: r.update(note="hand-edited"))
+    with pytest.raises(ApplyRefused, match=r"receipt\.json: \$: .*'note'.*not a receipt apply wrote"):
+        revert(pipe.paths, now=APPLY_AT)
+    assert_clean(pipe, pipe.applied())
+
+
 def test_a_decision_that_is_not_promote_is_refused(tmp_path: Path):
     rows = promoting_rows()
     for r in rows:
@@ -184,7 +207,7 @@ REFUSALS = {
     "model drift": (_model_drift, r"promotion\.json: benchmark_model: differs from what the pipeline holds now", None),
     "params model changed, bench stale": (
         lambda p: p.write_params(model={"backend": "simulator", "name": "other-1", "effort": "medium"}),
-        r"bench\.json: was benchmarked with model 'skillevo-sim-1' .* now says 'other-1' .* stale", None,
+        rf"bench\.json: was benchmarked with model '{MODEL_NAME}' .* now says 'other-1' .* stale", None,
     ),
     "task binding drift": (
         _bench(lambda b: b["task_bindings"][0].update(verify_sha256="9" * 64)),
@@ -210,7 +233,9 @@ REFUSALS = {
     "manifest destination no mirror implies": (
         lambda p: p.write_params(mirrors=[]), r"destination \.claude/skills/plan/SKILL\.md is not implied", None,
     ),
-    "destination is a symlink": (_symlink_destination, r"^\.claude/skills/work/SKILL\.md: is a symlink", None),
+    "destination is a symlink": (
+        _symlink_destination, r"^\.claude/skills/work/SKILL\.md: destination is a symlink", None,
+    ),
     "destination's parent is a symlink": (_symlink_parent, r"^\.claude/skills: is a symlink", None),
 }
 
@@ -237,7 +262,7 @@ def method(request, monkeypatch) -> str:
     if request.param == "replace":
         def unsupported(*args):
             raise OSError(errno.ENOSYS, "renameat2 unavailable")
-        monkeypatch.setattr(apply_mod, "_renameat2", unsupported)
+        monkeypatch.setattr(apply_fs, "renameat2", unsupported)
     return {"exchange": "renameat2-exchange", "replace": "link-and-replace"}[request.param]
 
 
@@ -337,8 +362,7 @@ def test_an_edit_of_a_swapped_file_is_kept_not_rolled_over(pipe: Pipeline):
 
 def _spawn(pipe: Pipeline, pause: str, *extra: str) -> subprocess.Popen:
     """The stage as a process that stops at `pause` (event:index); returns once it is there."""
-    env = {**os.environ, stage.PAUSE_ENV: pause}
-    proc = subprocess.Popen([sys.executable, "-m", "stages.apply", *pipe.cli_args(), *extra], cwd=ROOT, env=env,
+    proc = subprocess.Popen([sys.executable, "-m", "tests.apply_pause", pause, *pipe.cli_args(), *extra], cwd=ROOT,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     seen = []
     for line in proc.stderr:
@@ -411,6 +435,14 @@ def test_the_stage_exit_codes_and_messages(pipe: Pipeline, capsys):
     help_text = capsys.readouterr().out
     for text in ("--promotion", "--freeze", "--incumbent-bench", "--receipt", "--revert", "exit status", "recovery-"):
         assert text in help_text
+
+
+def test_the_stage_takes_the_family_directories_from_the_command_line(pipe: Pipeline, capsys):
+    assert stage.main([*pipe.cli_args(), "--skills", "skills", "--mirrors"]) == 2  # as dvc.yaml passes them
+    assert "destination .claude/skills/plan/SKILL.md is not implied" in capsys.readouterr().err
+    assert_clean(pipe, pipe.originals())
+    assert stage.main([*pipe.cli_args(), "--skills", "./skills/", "--mirrors", ".claude/skills"]) == 0
+    assert_clean(pipe, pipe.applied())
 
 
 def test_outside_a_git_repository_the_diff_is_skipped(pipe: Pipeline):

@@ -5,7 +5,10 @@ from __future__ import annotations
 import pytest
 
 from skillevo import sandbox
-from skillevo.agent import cli
+from skillevo.agent import SessionSpec, cli, run_session
+from skillevo.sandbox import process
+from skillevo.simulator import Simulator, demo
+from tests.conftest import PLANTED_KEY, PROMPT, make_workspace
 
 
 def test_missing_cli_names_make_setup(monkeypatch, tmp_path):
@@ -38,9 +41,29 @@ def test_preflight_passes_here():
     sandbox.preflight()
 
 
-def test_argv_never_carries_a_credential():
-    argv = cli.argv(model="claude-sonnet-4-5", tools=("Read",))
-    assert not any("sk-ant" in a for a in argv)
+@pytest.mark.cli
+@pytest.mark.bwrap
+def test_a_real_key_reaches_the_endpoint_but_no_argv_or_sandbox_environment(monkeypatch, tmp_path, book):
+    """Every process a session starts is recorded (argv and environment); the key must be in none of them,
+    although the endpoint, which refuses any other key, answered the whole session."""
+    spawned: list[tuple[list[str], dict[str, str]]] = []
+    real_popen = process.subprocess.Popen
+
+    def recording_popen(argv, *args, **kwargs):
+        spawned.append((list(argv), dict(kwargs.get("env") or {})))
+        return real_popen(argv, *args, **kwargs)
+
+    monkeypatch.setattr(process.subprocess, "Popen", recording_popen)
+    with Simulator(book, api_key=PLANTED_KEY) as sim:
+        record = run_session(SessionSpec(prompt=PROMPT, workspace=make_workspace(tmp_path), model=demo.MODEL,
+                                         endpoint=sim.url(), api_key=PLANTED_KEY, transcript_dir=tmp_path / "t",
+                                         transcript_name="key", expected_skill="work", timeout_s=90))
+    assert record["ok"], record["error_detail"]  # the key did arrive: the simulator refuses any other
+    assert spawned and any("bwrap" in argv[0] for argv, _ in spawned)
+    for argv, env in spawned:
+        assert not any(PLANTED_KEY in a for a in argv), argv[:3]
+        assert not any(PLANTED_KEY in v for v in env.values()), sorted(env)
+    argv = cli.argv(model=demo.MODEL, tools=("Read",))
     assert argv[argv.index("--setting-sources") + 1] == "project"
     assert "--strict-mcp-config" in argv and "--settings" in argv
 

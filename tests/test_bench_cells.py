@@ -3,17 +3,16 @@
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import sys
-import threading
 import time
+import uuid
 from pathlib import Path
 
 import pytest
 
-from skillevo import params as params_mod
+from skillevo import models
 from skillevo.bench.cell import run_cell
 from skillevo.bench.side import build_cells, plan, run_side
 from skillevo.digests import sha256_bytes
@@ -33,7 +32,7 @@ def test_cheating_agent_passes_verify_but_not_the_oracle(tmp_path):
     tasks_file = make_mini(tmp_path)
     p = params(runs=1)
     side = plan("incumbent", tasks_file, ROOT / "skills", None, p)
-    rows = run_side(side, tasks_file, ROOT / "skills", None, p, tmp_path / "out", quiet=True)
+    rows = run_side(side, p, tmp_path / "out", quiet=True)
     by = {(r["task"], r["arm"]): r for r in rows}
     assert len(rows) == 4
     for arm in ("direct", "workflow"):
@@ -61,12 +60,12 @@ def test_oracle_is_never_in_the_workspace_during_the_session(tmp_path):
     side.tasks = side.tasks[:1]
     side.arms = [a for a in side.arms if a.name == "direct"]
     targets = EscapeTargets(outside_dir=str(tmp_path), planted_file=str(tmp_path / "none"), home_dir=str(Path.home()),
-                            oracle_dir=str(tasks_file.parent / "oracles"), loopback_port=9, marker="bench-escape-marker")
+                            oracle_dir=str(tasks_file.parent / "oracles"), loopback_port=9, marker=f"bench-escape-marker-{uuid.uuid4().hex}")
     with Simulator(load_all([tasks_file.parent / "playbooks/mini.yaml"]), escape=targets) as sim:
-        model, _ = params_mod.model(p, sim.url("escape"))
+        model, _ = models.resolve(p.model, sim.url("escape"))
         scratch = tmp_path / "scratch"
         scratch.mkdir()
-        [cell] = build_cells(side, ROOT / "skills", None, p["bench"], model, scratch)
+        [cell] = build_cells(side, p.bench, model, scratch)
         result = run_cell(cell)
     transcript = b"".join(v for k, v in result.artifacts.items() if k.startswith("transcripts/")).decode()
     assert "oracle-search-done" in transcript
@@ -83,9 +82,11 @@ def test_killed_bench_leaves_only_complete_valid_rows(tmp_path, sig):
                              "--skills", str(ROOT / "skills"), "--params", str(params_file), "--out", str(out)],
                             cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
     deadline = time.monotonic() + 120
-    while time.monotonic() < deadline and not (out / "results.jsonl").is_file() or not (out / "results.jsonl").read_bytes():
+    results = out / "results.jsonl"
+    while time.monotonic() < deadline and not (results.is_file() and results.read_bytes()):
         assert proc.poll() is None, proc.stderr.read()
         time.sleep(0.1)
+    assert results.is_file() and results.read_bytes(), "no cell finished within 120 s"
     time.sleep(0.5)
     proc.send_signal(sig)
     proc.wait(60)

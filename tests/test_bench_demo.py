@@ -23,7 +23,7 @@ EDGE_CASE_TASKS = {"textstats-sentence-length", "ledger-currencies", "ledger-dis
 
 def _side(side: str, out: Path, overlay: Path | None = None) -> list[dict]:
     p = params(runs=1)
-    return run_side(plan(side, TASKS, ROOT / "skills", overlay, p), TASKS, ROOT / "skills", overlay, p, out, quiet=True)
+    return run_side(plan(side, TASKS, ROOT / "skills", overlay, p), p, out, quiet=True)
 
 
 @pytest.fixture(scope="module")

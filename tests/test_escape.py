@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import json
 import socket
+import uuid
 from pathlib import Path
 
 import pytest
 
 from skillevo import sandbox
 from skillevo.agent import SessionSpec, run_session
-from skillevo.agent.transcript import verify
+from skillevo.results import read_artifact
 from skillevo.simulator import EscapeTargets, Simulator
 from tests.conftest import PLANTED_KEY, PROMPT, SKILL, make_workspace, session_processes
 
@@ -18,7 +19,7 @@ pytestmark = [pytest.mark.cli, pytest.mark.bwrap]
 
 SECRET = "PLANTED-SECRET-b7f3e1"
 ORACLE = "ORACLE-CANARY-5d2c9a"
-MARKER = "skillevo-escape-marker-9f1e"
+MARKER = f"skillevo-escape-marker-{uuid.uuid4().hex}"
 
 
 @pytest.fixture(scope="module")
@@ -60,7 +61,7 @@ def escape_run(book, tmp_path_factory):
     except socket.timeout:
         connected = False
     listener.close()
-    text = verify(record["transcript"], root / "transcripts").decode()
+    text = read_artifact(record["transcript"], root / "transcripts").decode()
     results = []
     for line in text.splitlines():
         event = json.loads(line)

@@ -21,11 +21,18 @@ from typing import Any
 
 import pytest
 
+from skillevo import config, documents
 from skillevo import evidence as ev
+from skillevo import tasks as tasks_mod
 from skillevo.agent import transcript
 from skillevo.digests import canonical_json, sha256_bytes
+from skillevo.errors import BadInput
+from skillevo.evidence.compact import compact_jsonl, compact_text
+from skillevo.oracle_guard import OracleGuard
+from skillevo.redact import env_secrets
 from skillevo.schemas import validate
 from stages import evidence as stage
+from tests import gate_rows
 
 PLANTED = "sk-ant-api03-PLANTEDsecretKEY0123456789abcdefXYZ"
 ENV_KEY = "literal-proxy-credential-4711"  # matches no pattern: only the literal ANTHROPIC_API_KEY redaction removes it
@@ -34,8 +41,8 @@ ORACLE_LINE = "assert hidden_checker(lambda: 42) == 'the distinctive hidden expe
 ORACLE = f'"""hidden oracle"""\n{CANARY}\nimport pytest\n\n\ndef test_hidden():\n    {ORACLE_LINE}\n'.encode()
 
 
-def guard() -> ev.OracleGuard:
-    return ev.OracleGuard([ORACLE])
+def guard() -> OracleGuard:
+    return OracleGuard([ORACLE])
 
 
 # ------------------------------------------------------------------------------------------ builders
@@ -43,29 +50,12 @@ def guard() -> ev.OracleGuard:
 
 def make_row(task: str, arm: str, run: int, *, resolved: bool = False, error_kind: str | None = "verify-failed",
              cost: float | None = 1.0, **fields: Any) -> dict[str, Any]:
-    """A complete results row (valid against result-row.schema.json)."""
-    if resolved:
-        error_kind = None
-    candidate = arm.startswith("candidate_")
-    row = {
-        "task": task, "class": "trivial", "arm": arm, "incumbent_arm": arm.removeprefix("candidate_"), "run": run,
-        "side": "candidate" if candidate else "incumbent", "resolved": resolved,
-        "ok": error_kind not in ("session-error", "infra-error"), "error_kind": error_kind,
-        "error_detail": None if error_kind is None else f"{error_kind} detail", "cost_usd": cost,
-        "input_tokens": 1000, "output_tokens": 200, "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0,
-        "num_turns": 5, "duration_s": 3.0, "wall_s": 4.0, "diff_files": 2, "diff_insertions": 10,
-        "diff_deletions": 3, "verify_passed": resolved, "oracle_passed": resolved,
-        "verify_tail": "x" * 1000 + "\nFAILED tests/test_a.py::test_one - AssertionError\n",
-        "skill_invoked": True, "session_ids": [f"{task}-{arm}-{run}-s1"], "tool_uses": {"Skill": 1},
-        "transcripts": [], "patch": None,
-        "phases": {"workspace_s": 0.1, "setup_s": 0.0, "sessions_s": [1.0], "verify_s": 0.2, "oracle_s": 0.2,
-                   "churn_s": 0.1},
-        "model": "claude-sonnet-4-5", "backend": "simulator", "simulated": True, "effort": None,
-        "base_commit": "a" * 40, "task_binding_digest": "b" * 64, "skills_digest": "c" * 64,
-        "overlay_digest": "d" * 64 if candidate else None, "recorded_at": "2025-01-01T00:00:00+00:00",
-    }
-    row.update(fields)
-    return validate(row, "result-row.schema.json", "test row")
+    """A complete results row (tests/gate_rows.row, the one row builder) with evidence-flavoured defaults."""
+    defaults = {"num_turns": 5, "diff_files": 2, "diff_insertions": 10, "diff_deletions": 3, "verify_tail": "x" * 1000 + "\nFAILED tests/test_a.py::test_one - AssertionError\n",
+                "session_ids": [f"{task}-{arm}-{run}-s1"]}
+    row = gate_rows.row(task, arm, run, resolved=resolved, error_kind=None if resolved else error_kind,
+                        cost_usd=cost, **{**defaults, **fields})
+    return validate(row, "result-row", "test row")
 
 
 def events(label: str, n: int = 3, extra: str = "") -> list[dict[str, Any]]:
@@ -103,29 +93,19 @@ def patch_text(task: str, body: str = "+    return len(set(words))") -> bytes:
 
 
 def promotion() -> dict[str, Any]:
-    """A minimal promotion.json valid against its schema: one decision with four reasons."""
-    policy = {"metric": "cost_usd", "min_runs": 3, "min_improvement_pct": 5, "max_task_regression_pct": 20,
-              "max_failed_task_regression_pct": 100, "min_gated_task_ratio": 0.5, "resolution_margin": 2,
-              "max_age_days": 90, "bootstrap_seed": 0, "bootstrap_resamples": 2000}
-    binding = {"id": "t1", "class": "trivial", "expensive": False, "timeout_s": 600,
-               "target": {"kind": "dir", "path": "targets/t", "tree": "c" * 64}, "prompt_sha256": "d" * 64,
-               "setup_sha256": None, "verify_sha256": "e" * 64, "oracle_command_sha256": "f" * 64,
-               "oracle_files": []}
-    doc = {
-        "schema_version": 1, "generated_at": "2025-01-01T00:00:00Z", "evidence_expires_at": "2025-04-01T00:00:00Z",
-        "benchmark_model": "claude-sonnet-4-5", "proposer_model": "sim-proposer", "effort": None,
-        "candidate_origin": "proposer", "overlay_digest": "a" * 64,
-        "destination_digests": {"skills/work/SKILL.md": "b" * 64},
-        "required_candidate_arms": ["candidate_workflow"], "task_bindings": [binding], "policy": policy,
-        "backend": {"backend": "simulator", "name": "claude-sonnet-4-5", "base_url": None, "simulated": True},
-        "decisions": [{
-            "incumbent_arm": "workflow", "candidate_arm": "candidate_workflow", "decision": "keep_incumbent",
-            "metric": "cost_usd", "metric_warning": None, "median_improvement_pct": 1.5, "resolution_margin": 0,
-            "gated_tasks": ["t1"], "ungated_tasks": [], "tasks": [],
-            "reasons": ["reason one", "reason two", f"reason three {PLANTED}", "reason four"],
-        }],
-    }
-    return validate(doc, "promotion.schema.json", "test promotion")
+    """A promotion.json made by the real gate code, its one decision's reasons replaced (a secret planted)."""
+    from datetime import datetime, timezone
+
+    from skillevo.config import Policy
+    from skillevo.gate import build_promotion
+    from tests.test_gate_promotion import promoting_rows
+
+    incumbent, candidate = gate_rows.sides(promoting_rows())
+    doc = build_promotion(incumbent, candidate, gate_rows.freeze(), Policy.from_dict({}),
+                          now=datetime(2025, 1, 1, tzinfo=timezone.utc))
+    doc["decisions"][0].update(decision="keep_incumbent",
+                               reasons=["reason one", "reason two", f"reason three {PLANTED}", "reason four"])
+    return validate(doc, "promotion", "test promotion")
 
 
 def previous_generation(root: Path, *, proposal: str = "# Proposal\n\nShorten the plan step.\n") -> Path:
@@ -159,7 +139,7 @@ def previous_generation(root: Path, *, proposal: str = "# Proposal\n\nShorten th
     return prev
 
 
-def build(prev: Path, limits: ev.Limits = ev.Limits(), **kwargs: Any) -> ev.Bundle:
+def build(prev: Path, limits: config.EvidenceParams = config.evidence_limits(), **kwargs: Any) -> ev.Bundle:
     return ev.build_bundle(ev.load_previous(prev), guard=guard(), limits=limits, skills=("plan", "work"),
                            secrets=(ENV_KEY,), **kwargs)
 
@@ -209,9 +189,9 @@ def test_priority_puts_unmeasured_cost_last_among_resolved_rows():
 
 
 def test_row_cap_and_per_row_transcript_cap(tmp_path: Path):
-    bundle = build(previous_generation(tmp_path), ev.Limits(max_rows=2, max_transcripts_per_row=1))
+    bundle = build(previous_generation(tmp_path), config.evidence_limits(max_rows=2, max_transcripts_per_row=1))
     assert bundle.manifest["rows"]["selected"] == 2 and bundle.manifest["rows"]["over_cap"] == 3
-    bundle = build(previous_generation(tmp_path / "b"), ev.Limits(max_transcripts_per_row=1))
+    bundle = build(previous_generation(tmp_path / "b"), config.evidence_limits(max_transcripts_per_row=1))
     t1 = json.loads(bundle.files["rows.json"])[2]
     assert t1["transcripts"] == ["transcripts/row3-1.jsonl"]  # the later (work) session is kept
     assert b"inc-t1-work" in bundle.files["transcripts/row3-1.jsonl"]
@@ -227,7 +207,7 @@ def test_a_planted_secret_never_reaches_the_bundle(tmp_path: Path):
     assert PLANTED not in text and ENV_KEY not in text and "[REDACTED]" in text
     assert "sk-ant-" not in text
     # the literal comes from the environment in the stage
-    assert ev.env_secrets({"ANTHROPIC_API_KEY": ENV_KEY, "ANTHROPIC_AUTH_TOKEN": "", "OTHER": "x"}) == (ENV_KEY,)
+    assert env_secrets({"ANTHROPIC_API_KEY": ENV_KEY, "ANTHROPIC_AUTH_TOKEN": "", "OTHER": "x"}) == (ENV_KEY,)
 
 
 def test_a_secret_in_a_json_key_is_redacted_too(tmp_path: Path):
@@ -273,16 +253,16 @@ def test_guard_ignores_short_lines_and_can_exempt_visible_lines():
     g = guard()
     assert g.check_text("import pytest\n") is None  # too short to be distinctive
     assert g.check_text(f"   {ORACLE_LINE}   ") is not None  # whitespace is stripped
-    visible = ev.OracleGuard([ORACLE], visible=[f"{ORACLE_LINE}\n{CANARY}\n".encode()])
+    visible = OracleGuard([ORACLE], visible=[f"{ORACLE_LINE}\n{CANARY}\n".encode()])
     assert visible.check_text(ORACLE_LINE) is None  # the agent sees it anyway
     assert visible.check_text(CANARY) is not None  # a canary is never exempt
 
 
 def test_guard_from_a_tasks_file(tmp_path: Path):
     tasks_file = tasks_fixture(tmp_path)
-    g = ev.OracleGuard.from_tasks(tasks_file)
+    g = OracleGuard.for_tasks(tasks_mod.load(tasks_file), exempt_visible=False)
     assert g.check_text(ORACLE_LINE) and g.check_text("visible line shared by target and oracle file!") is not None
-    g = ev.OracleGuard.from_tasks(tasks_file, exempt_visible=True)
+    g = OracleGuard.for_tasks(tasks_mod.load(tasks_file))
     assert g.check_text(ORACLE_LINE) and g.check_text("visible line shared by target and oracle file!") is None
 
 
@@ -293,7 +273,7 @@ def test_a_transcript_that_does_not_match_its_row_is_refused(tmp_path: Path):
     path = cand / first["transcripts"][0]["path"]
     os.chmod(path, 0o600)
     path.write_bytes(path.read_bytes().replace(b"step 0", b"step X"))  # same size, other sha256
-    bundle = build(prev, ev.Limits(max_rows=2))
+    bundle = build(prev, config.evidence_limits(max_rows=2))
     rows = json.loads(bundle.files["rows.json"])
     assert [(r["task"], r["arm"]) for r in rows] == [("t2", "candidate_workflow"), ("t1", "workflow")]
     assert bundle.manifest["rows"]["refused"] == 1 and bundle.manifest["rows"]["over_cap"] == 2
@@ -335,19 +315,19 @@ def test_over_budget_drops_rows_then_the_proposal_then_fails(tmp_path: Path):
 
     # room for everything but the last row's files: the lowest-priority row goes first
     last = [p for p in sizes if p.startswith(("transcripts/row5-", "patches/row5."))]
-    bundle = build(prev, ev.Limits(max_bundle_bytes=full.total_bytes - sum(sizes[p] for p in last)))
+    bundle = build(prev, config.evidence_limits(max_bundle_bytes=full.total_bytes - sum(sizes[p] for p in last)))
     assert bundle.manifest["rows"]["selected"] == 4 and bundle.manifest["rows"]["dropped_for_budget"] == 1
     assert [d["what"] for d in bundle.manifest["dropped"]][-1] == "row 5 (t2/workflow/run1)"
     assert "over evidence.max_bundle_bytes" in bundle.manifest["dropped"][-1]["reason"]
     assert bundle.total_bytes <= bundle.manifest["limits"]["max_bundle_bytes"]
 
     # room for the proposal but no row: every row goes, the proposal stays
-    bundle = build(prev, ev.Limits(max_bundle_bytes=fixed + proposal + 3))
+    bundle = build(prev, config.evidence_limits(max_bundle_bytes=fixed + proposal + 3))
     assert bundle.manifest["rows"]["selected"] == 0 and "prior-proposal.md" in bundle.files
     assert json.loads(bundle.files["rows.json"]) == []
 
     # not even the proposal fits: it goes too
-    bundle = build(prev, ev.Limits(max_bundle_bytes=max(fixed + 3, 1024)))
+    bundle = build(prev, config.evidence_limits(max_bundle_bytes=max(fixed + 3, 1024)))
     assert "prior-proposal.md" not in bundle.files and bundle.manifest["rows"]["dropped_for_budget"] == 5
     assert bundle.manifest["dropped"][-1]["what"] == "prior-proposal.md"
 
@@ -356,40 +336,40 @@ def test_over_budget_drops_rows_then_the_proposal_then_fails(tmp_path: Path):
                   "line": i} for i in range(10)]
     with pytest.raises(ev.EvidenceError, match=r"max_bundle_bytes 1024: \d+ bytes with every row and the "
                                                r"prior proposal dropped \(gate-summary.json \d+, learnings.json \d+"):
-        build(prev, ev.Limits(max_bundle_bytes=1024), learnings=learnings)
+        build(prev, config.evidence_limits(max_bundle_bytes=1024), learnings=learnings)
 
 
 def test_over_long_transcripts_keep_whole_trailing_events():
     evts = events("long", n=200, extra="padding " * 20)
     data = b"".join(canonical_json(e) + b"\n" for e in evts)
-    out, omitted = ev.compact_jsonl(data, 4096)
+    out, omitted = compact_jsonl(data, 4096)
     assert len(out) <= 4096 and omitted > 0
     lines = out.split(b"\n")
     assert json.loads(lines[0]) == {"type": "skillevo_compacted", "omitted_bytes": omitted}
     kept = out[len(lines[0]) + 1:]
     assert data.endswith(kept) and kept.startswith(b"{")  # whole events, the most recent ones
     assert omitted == len(data) - len(kept)
-    assert ev.compact_jsonl(data, len(data)) == (data, 0)
+    assert compact_jsonl(data, len(data)) == (data, 0)
     # one huge event: its long strings are elided rather than losing every event
     huge = canonical_json({"type": "user", "content": "z" * 100_000}) + b"\n"
-    out, _ = ev.compact_jsonl(huge, 8192)
+    out, _ = compact_jsonl(huge, 8192)
     assert len(out) <= 8192 and b"chars elided" in out and out.count(b"\n") == 2
 
 
 def test_over_long_text_keeps_head_and_tail():
     text = "".join(f"line {i}\n" for i in range(5000))
-    out, omitted = ev.compact_text(text, 2048)
+    out, omitted = compact_text(text, 2048)
     assert len(out.encode()) <= 2048 and omitted > 0
     assert out.startswith("line 0\n") and out.endswith("line 4999\n")
     assert f"[skillevo: {omitted} bytes omitted from the middle of this file]\n" in out
-    assert ev.compact_text("short\n", 2048) == ("short\n", 0)
+    assert compact_text("short\n", 2048) == ("short\n", 0)
 
 
 def test_big_files_are_compacted_in_the_bundle(tmp_path: Path):
     side = tmp_path / "previous" / "bench-incumbent"
     big_patch = patch_text("t1", "\n".join(f"+line {i}" for i in range(3000)))
     write_results(side, [add_artifacts(side, make_row("t1", "work", 1), [jsonl(events("big", n=300))], big_patch)])
-    bundle = build(tmp_path / "previous", ev.Limits(max_file_bytes=4096))
+    bundle = build(tmp_path / "previous", config.evidence_limits(max_file_bytes=4096))
     assert all(len(v) <= 4096 for v in bundle.files.values())
     assert json.loads(bundle.files["transcripts/row1-1.jsonl"].split(b"\n")[0])["type"] == "skillevo_compacted"
     assert b"bytes omitted from the middle" in bundle.files["patches/row1.diff"]
@@ -415,7 +395,7 @@ def test_learnings_keep_the_last_n_for_evolvable_skills(tmp_path: Path):
 
 
 @pytest.mark.parametrize("line, message", [
-    ("not json", "not a JSON object"),
+    ("not json", "not valid JSON"),
     ('["a list"]', "exactly the keys"),
     ('{"skill": "work", "friction": "f", "suggestion": "s", "date": null}', "exactly the keys"),
     ('{"skill": "", "date": null, "task": null, "friction": "f", "suggestion": "s"}', "skill: must be"),
@@ -425,7 +405,7 @@ def test_a_malformed_learning_fails_naming_file_and_line(tmp_path: Path, line: s
     path = tmp_path / "learnings.jsonl"
     good = '{"skill": "work", "date": null, "task": "t1", "friction": "f", "suggestion": "s"}'
     path.write_text(f"{good}\n{line}\n", encoding="utf-8")
-    with pytest.raises(ev.EvidenceError, match=rf"learnings.jsonl:2: .*{message}"):
+    with pytest.raises(BadInput, match=rf"learnings.jsonl:2: .*{message}"):
         ev.load_learnings(path, ("work",), 40)
 
 
@@ -460,7 +440,7 @@ def test_same_inputs_give_byte_identical_manifests(tmp_path: Path):
     for f in json.loads((a / "manifest.json").read_text())["files"]:
         assert (a / f["path"]).read_bytes() == (b / f["path"]).read_bytes()
     data = (a / "manifest.json").read_bytes()
-    assert data.endswith(b"}\n") and data == ev.render_json(json.loads(data))
+    assert data.endswith(b"}\n") and data == documents.dump_json(json.loads(data))
     assert str(tmp_path).encode() not in data
     validate(json.loads(data), "evidence-manifest.schema.json", "manifest")
 
@@ -511,32 +491,32 @@ def test_bad_inputs_fail_with_a_clear_message(tmp_path: Path):
     prev.mkdir()
     side = prev / "bench-candidate"
     write_results(side, [make_row("t1", "workflow", 1)])  # an incumbent row on the candidate side
-    with pytest.raises(ev.EvidenceError, match=r"results.jsonl:1: \$.side"):
+    with pytest.raises(BadInput, match=r"results.jsonl:1: \$.side"):
         ev.load_previous(prev)
     (side / "results.jsonl").write_text('{"task": NaN}\n')
-    with pytest.raises(ev.EvidenceError, match=r"results.jsonl:1: not a JSON object: NaN is not JSON"):
+    with pytest.raises(BadInput, match=r"results.jsonl:1: not valid JSON: NaN is not a number"):
         ev.load_previous(prev)
     (side / "results.jsonl").write_text('{"task": "t1"}\n')
-    with pytest.raises(ev.EvidenceError, match=r"results.jsonl:1: \$: 'class' is a required property"):
+    with pytest.raises(BadInput, match=r"results.jsonl:1: \$: 'class' is a required property"):
         ev.load_previous(prev)
     (prev / "gate").mkdir()
     (prev / "gate" / "promotion.json").write_text('{"schema_version": 1}')
     write_results(side, [])
-    with pytest.raises(ev.EvidenceError, match="promotion.json"):
+    with pytest.raises(BadInput, match="promotion.json"):
         ev.load_previous(prev)
 
 
 @pytest.mark.parametrize("section, message", [
-    ({"max_rows": -1}, "evidence.max_rows: must be an integer >= 0"),
-    ({"max_file_bytes": True}, "evidence.max_file_bytes: must be an integer >= 1024"),
-    ({"max_rowz": 3}, "unknown key"),
+    ({"max_rows": -1}, r"\$\.max_rows: -1 is less than the minimum of 0"),
+    ({"max_file_bytes": True}, r"\$\.max_file_bytes: True is not of type 'integer'"),
+    ({"max_rowz": 3}, "'max_rowz' was unexpected"),
 ])
 def test_params_are_checked(section: dict[str, Any], message: str):
-    with pytest.raises(ValueError, match=message):
-        ev.Limits.from_params({"evidence": section})
-    assert ev.Limits.from_params({}).as_dict() == {"max_rows": 12, "max_transcripts_per_row": 2,
-                                                   "max_file_bytes": 262144, "max_bundle_bytes": 2097152,
-                                                   "max_learnings": 40, "verify_tail_chars": 600}
+    with pytest.raises(BadInput, match=message):
+        config.evidence_limits(**section)
+    assert config.evidence_limits() == config.EvidenceParams(
+        max_rows=12, max_transcripts_per_row=2, max_file_bytes=262144, max_bundle_bytes=2097152, max_learnings=40,
+        verify_tail_chars=600)
 
 
 # ------------------------------------------------------------------------------------------------ CLI
@@ -570,11 +550,9 @@ def run_stage(*argv: str) -> tuple[int, str, str]:
 def test_cli_help_documents_every_option():
     code, out, _ = run_stage("--help")
     assert code == 0
-    for text in ("--previous", "results/previous", "--seed", "--learnings", "learnings.jsonl", "--tasks",
-                 "tasks/tasks.yaml", "--params", "params.yaml", "--out", "results/evidence", "max_rows",
-                 "max_transcripts_per_row", "max_file_bytes", "max_bundle_bytes", "max_learnings",
-                 "verify_tail_chars", "skills.evolvable", "cold start", "manifest.json", "rows.json",
-                 "gate-summary.json", "prior-proposal.md", "exit status"):
+    for text in ("--previous", "[previous]", "--seed", "--learnings", "learnings.jsonl", "--tasks",
+                 "tasks/tasks.yaml", "--params", "params.yaml", "--out", "results/evidence", "evidence:",
+                 "skills.evolvable", "cold start", "gate/promotion.json", "proposal.md", "Exit 2"):
         assert text in out, text
 
 
@@ -583,7 +561,7 @@ def test_cli_end_to_end(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     tasks_file = tasks_fixture(tmp_path)
     prev = previous_generation(tmp_path)
     params = tmp_path / "params.yaml"
-    params.write_text("skills: {evolvable: [work]}\nevidence: {max_rows: 3}\n")
+    params.write_text("arms: {workflow: {sessions: [{skill: work, prompt: '{prompt}'}]}}\nskills: {evolvable: [work]}\nevidence: {max_rows: 3}\n")
     learnings = tmp_path / "learnings.jsonl"
     learnings.write_text('{"skill": "work", "date": null, "task": null, "friction": "f", "suggestion": "s"}\n')
     args = ["--previous", str(prev), "--tasks", str(tasks_file), "--params", str(params),
@@ -616,13 +594,13 @@ def test_cli_end_to_end(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     (tmp_path / "junk" / "keep.txt").write_text("x")
     code, _, err = run_stage(*args[:-1], str(tmp_path / "junk"))
     assert code == 2 and "refusing to replace it" in err
-    params.write_text("evidence: {max_bundle_bytes: 1024}\nskills: {evolvable: [work]}\n")
+    params.write_text("arms: {workflow: {sessions: [{skill: work, prompt: '{prompt}'}]}}\nevidence: {max_bundle_bytes: 1024}\nskills: {evolvable: [work]}\n")
     learnings.write_text("".join(json.dumps({"skill": "work", "date": None, "task": None, "friction": "f" * 300,
                                              "suggestion": "s"}) + "\n" for _ in range(5)))
     code, _, err = run_stage(*args)
     assert code == 2 and "cannot fit evidence.max_bundle_bytes 1024" in err
     # as dvc.yaml runs it: this generation's incumbent side plus a previous/ holding only its README
-    params.write_text("skills: {evolvable: [work]}\n")
+    params.write_text("arms: {workflow: {sessions: [{skill: work, prompt: '{prompt}'}]}}\nskills: {evolvable: [work]}\n")
     readme_only = tmp_path / "readme-only"
     readme_only.mkdir()
     (readme_only / "README.md").write_text("# previous/\n")

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import shutil
@@ -12,9 +11,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from skillevo import overlay
+from skillevo import config
+from skillevo.digests import framed_digest
+from skillevo.errors import BadInput
+from skillevo.freeze import freeze
 from skillevo.schemas import validate
-from stages import freeze as freeze_stage
 from tests.bench_fixtures import ROOT
 
 WASTEFUL = "Read every module of the package end to end"
@@ -44,9 +45,8 @@ def _overlay(root: Path, text: str | None = None, rel: str = "work/SKILL.md") ->
 
 
 def _freeze(repo: Path, ov: Path) -> dict:
-    args = argparse.Namespace(overlay=ov, session=None, hand_written=True, tasks=repo / "tasks/tasks.yaml",
-                              params=repo / "params.yaml", repo=repo, out=repo / "results/freeze")
-    return freeze_stage.freeze(args)
+    return freeze(ov, params=config.load(repo / "params.yaml"), tasks_file=repo / "tasks/tasks.yaml", repo=repo,
+                  out=repo / "results/freeze", session=None)
 
 
 def test_good_overlay_is_frozen_read_only_and_bound(repo, tmp_path):
@@ -57,7 +57,7 @@ def test_good_overlay_is_frozen_read_only_and_bound(repo, tmp_path):
     assert manifest["required_candidate_arms"] == ["candidate_direct", "candidate_workflow"]
     assert sorted(manifest["destinations"]) == [".claude/skills/work/SKILL.md", "skills/work/SKILL.md"]
     assert manifest["changed_lines"] == 1 and manifest["candidate_origin"] == "hand-written"
-    assert manifest["overlay_digest"] == overlay.digest({"work/SKILL.md": frozen.read_bytes()})
+    assert manifest["overlay_digest"] == framed_digest({"work/SKILL.md": frozen.read_bytes()}.items())
     again = _freeze(repo, _overlay(tmp_path))  # same inputs, same digest; the old frozen copy is replaced
     assert again == manifest
     assert json.loads((repo / "results/freeze/manifest.json").read_text()) == manifest
@@ -87,37 +87,68 @@ def _too_many(root: Path) -> Path:
 
 @pytest.mark.parametrize("make, message", [
     (_symlink_file, r"work/OTHER.md: is a symlink \(rule: no symlinks\)"),
-    (_dotdot_through_dir_symlink, r"overlay file work: is a symlink"),
+    (_dotdot_through_dir_symlink, r"overlay/work: is a symlink \(rule: no symlinks\)"),
     (lambda r: _overlay(r, "x\n", rel="review/SKILL.md"), r"review/SKILL.md: skill 'review' is not evolvable"),
     (lambda r: _overlay(r, "x = 1\n", rel="work/helper.py"), r"work/helper.py: only <skill>/<path>.md files"),
-    (_too_many, r"more than 16 files \(rule: file count\)"),
-    (lambda r: _overlay(r, "x" * (70 << 10)), r"work/SKILL.md: is \d+ bytes, over 65536 \(rule: file size\)"),
+    (_too_many, r"more than 16 files .*\(rule: file count\)"),
+    (lambda r: _overlay(r, "x" * (70 << 10)), r"work/SKILL.md: overlay file is \d+ bytes, over the limit of 65536 \(rule: size limit\)"),
     (lambda r: (r / "overlay").mkdir() or (r / "overlay"), r"the overlay is empty"),
     (lambda r: _overlay(r, (ROOT / "skills/work/SKILL.md").read_text()), r"byte-identical to the incumbent"),
     (lambda r: _overlay(r, "---\nname: work\n---\n" + "".join(f"line {i}\n" for i in range(60))), r"over the edit budget of 40"),
-    (lambda r: _overlay(r, (ROOT / "skills/work/SKILL.md").read_text() + "# skillevo-oracle-canary: 1234\n"), r"carries hidden-oracle content"),
+    (lambda r: _overlay(r, (ROOT / "skills/work/SKILL.md").read_text() + "# skillevo-oracle-canary: 1234\n"), r"hidden oracle's canary \(rule: no hidden-oracle content in a skill\)"),
     (lambda r: _overlay(r, "x\n", rel="work/NEW.md"), r"work/NEW.md: has no incumbent"),
 ])
 def test_hostile_overlays_are_refused(repo, tmp_path, make, message):
-    with pytest.raises(overlay.OverlayRefused, match=message):
+    with pytest.raises(BadInput, match=message):
         _freeze(repo, make(tmp_path))
     assert not (repo / "results/freeze/manifest.json").exists()
 
 
-def test_oracle_line_copied_into_an_overlay_is_refused(repo, tmp_path):
-    oracle = next((repo / "tasks/oracles").rglob("*.py")).read_text().splitlines()
-    line = next(l for l in oracle if len(l.strip()) > 20 and "canary" not in l)
-    with pytest.raises(overlay.OverlayRefused, match="hidden-oracle content"):
-        _freeze(repo, _overlay(tmp_path, (ROOT / "skills/work/SKILL.md").read_text() + line + "\n"))
+def _oracle_lines(repo: Path) -> list[str]:
+    """Every hidden-oracle line the guard protects: long, not a canary, not visible in a target."""
+    visible = {line.strip() for p in (repo / "tasks/targets").rglob("*") if p.is_file()
+               for line in p.read_text(errors="replace").splitlines()}
+    return [line.strip() for p in sorted((repo / "tasks/oracles").rglob("*.py")) for line in p.read_text().splitlines()
+            if len(line.strip()) > 20 and "canary" not in line and line.strip() not in visible]
+
+
+@pytest.mark.parametrize("shape", ["line", "bullet", "quote", "inline"])
+def test_oracle_line_copied_into_an_overlay_is_refused_in_any_markdown_shape(repo, tmp_path, shape):
+    line = _oracle_lines(repo)[0]
+    text = {"line": line, "bullet": f"- {line}", "quote": f"> {line}", "inline": f"Check that `{line}` holds."}[shape]
+    with pytest.raises(BadInput, match="a line of a hidden oracle file"):
+        _freeze(repo, _overlay(tmp_path, (ROOT / "skills/work/SKILL.md").read_text() + text + "\n"))
+
+
+def test_a_bare_canary_token_is_refused(repo, tmp_path):
+    canary = next(l for p in (repo / "tasks/oracles").rglob("*.py") for l in p.read_text().splitlines() if "canary" in l)
+    token = canary.split()[-1]  # the hex token alone, without the marker
+    with pytest.raises(BadInput, match="canary"):
+        _freeze(repo, _overlay(tmp_path, (ROOT / "skills/work/SKILL.md").read_text() + f"Remember {token}.\n"))
 
 
 def test_destination_drift_or_missing_mirror_is_refused(repo, tmp_path):
     (repo / ".claude/skills/work/SKILL.md").write_text("edited but not committed\n")
-    with pytest.raises(overlay.OverlayRefused, match=r"\.claude/skills/work/SKILL.md: differs from its committed bytes"):
+    with pytest.raises(BadInput, match=r"\.claude/skills/work/SKILL.md: differs from its committed bytes"):
         _freeze(repo, _overlay(tmp_path))
     subprocess.run(["git", "checkout", "-q", "--", "."], cwd=repo, check=True)
     params = yaml.safe_load((repo / "params.yaml").read_text())
-    params["skills"]["mirrors"].append("plugin/skills")
+    params["skills"]["paths"]["mirrors"].append("plugin/skills")
     (repo / "params.yaml").write_text(yaml.safe_dump(params))
-    with pytest.raises(overlay.OverlayRefused, match=r"plugin/skills/work/SKILL.md: has no committed base"):
+    with pytest.raises(BadInput, match=r"plugin/skills/work/SKILL.md: has no committed base"):
         _freeze(repo, _overlay(tmp_path))
+
+
+def test_a_mirror_that_is_not_a_byte_copy_is_refused(repo, tmp_path):
+    (repo / ".claude/skills/work/SKILL.md").write_text("a drifted mirror, committed\n")
+    subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qam", "drift"], cwd=repo, check=True)
+    with pytest.raises(BadInput, match=r"\.claude/skills/work/SKILL.md: is not a byte copy of skills/work/SKILL.md"):
+        _freeze(repo, _overlay(tmp_path))
+
+
+def test_mirror_paths_have_one_normal_form(repo, tmp_path):
+    params = yaml.safe_load((repo / "params.yaml").read_text())
+    params["skills"]["paths"] = {"skills": "./skills/", "mirrors": ["./.claude/skills/"]}
+    (repo / "params.yaml").write_text(yaml.safe_dump(params))
+    manifest = _freeze(repo, _overlay(tmp_path))
+    assert sorted(manifest["destinations"]) == [".claude/skills/work/SKILL.md", "skills/work/SKILL.md"]

@@ -9,11 +9,10 @@ from pathlib import Path
 
 import pytest
 
+from skillevo.config import Policy
+from skillevo.errors import BadInput
 from skillevo.gate import (
-    GateInputError,
-    Policy,
     PromotionRefused,
-    Side,
     build_promotion,
     load_freeze,
     pipeline_bindings,
@@ -21,11 +20,22 @@ from skillevo.gate import (
     validate_for_apply,
     write_promotion,
 )
-from skillevo.gate._schema import first_error, schema_validator
-from tests.gate_rows import CANDIDATE, DESTINATIONS, INCUMBENT, MODEL, OVERLAY, freeze, runs, sides
+from skillevo.results import Side
+from skillevo.schemas import first_error, schema_validator
+from tests.gate_rows import (
+    CANDIDATE,
+    DESTINATIONS,
+    INCUMBENT,
+    MODEL,
+    OVERLAY,
+    freeze,
+    runs,
+    sides,
+)
 
 NOW = datetime(2025, 3, 1, 12, 0, tzinfo=timezone.utc)
 LATER = NOW + timedelta(days=1)
+DEFAULT = Policy.from_dict({})
 
 
 def promoting_rows():
@@ -36,7 +46,7 @@ def promoting_rows():
     )
 
 
-def stored(rows=None, manifest=None, policy=Policy()):
+def stored(rows=None, manifest=None, policy=DEFAULT):
     """A promotion as apply reads it: built, written, read back."""
     incumbent, candidate = sides(rows or promoting_rows())
     promotion = build_promotion(incumbent, candidate, manifest or freeze(), policy, now=NOW)
@@ -56,7 +66,7 @@ def test_promotion_binds_everything_apply_checks():
     assert promotion["destination_digests"] == DESTINATIONS
     assert promotion["required_candidate_arms"] == [CANDIDATE]
     assert [b["id"] for b in promotion["task_bindings"]] == ["t1", "t2", "t3"]
-    assert promotion["policy"] == Policy().to_dict()
+    assert promotion["policy"] == DEFAULT.to_dict()
     [decision] = promotion["decisions"]
     assert decision["decision"] == "promote" and decision["median_improvement_pct"] == 5.0
     assert decision["tasks"][0]["candidate"]["cost_usd"] == 0.85
@@ -73,7 +83,7 @@ def test_hand_written_overlays_have_no_proposer_model():
     promotion, current = stored(manifest=manifest)
     assert promotion["proposer_model"] is None
     validate_for_apply(promotion, current, LATER)
-    with pytest.raises(GateInputError, match="proposer_model"):
+    with pytest.raises(BadInput, match="proposer_model"):
         stored(manifest=freeze(candidate_origin="hand-written"))
 
 
@@ -95,16 +105,16 @@ def test_sides_must_be_benchmarked_alike_and_with_the_frozen_overlay():
         bench_json = copy.deepcopy(candidate.bench)
         change(bench_json)
         other = Side(candidate.directory, bench_json, candidate.rows)
-        return build_promotion(incumbent, other, freeze(), Policy(), now=NOW)
+        return build_promotion(incumbent, other, freeze(), DEFAULT, now=NOW)
 
-    with pytest.raises(GateInputError, match=r"task_bindings differ .*identical task bindings"):
+    with pytest.raises(BadInput, match=r"task_bindings differ .*identical task bindings"):
         with_candidate_bench(lambda b: b["task_bindings"][0].update(prompt_sha256="9" * 64))
-    with pytest.raises(GateInputError, match=r"\$\.model differ"):
+    with pytest.raises(BadInput, match=r"\$\.model differ"):
         with_candidate_bench(lambda b: b["model"].update(name="another-model"))
-    with pytest.raises(GateInputError, match="frozen overlay"):
-        build_promotion(incumbent, candidate, freeze(overlay_digest="9" * 64), Policy(), now=NOW)
+    with pytest.raises(BadInput, match="frozen overlay"):
+        build_promotion(incumbent, candidate, freeze(overlay_digest="9" * 64), DEFAULT, now=NOW)
     with pytest.raises(ValueError, match="timezone-aware"):
-        build_promotion(incumbent, candidate, freeze(), Policy(), now=datetime(2025, 1, 1))
+        build_promotion(incumbent, candidate, freeze(), DEFAULT, now=datetime(2025, 1, 1))
 
 
 @pytest.mark.parametrize(
@@ -119,7 +129,7 @@ def test_sides_must_be_benchmarked_alike_and_with_the_frozen_overlay():
 def test_a_bad_freeze_manifest_is_refused_by_name(tmp_path: Path, manifest, message):
     path = tmp_path / "manifest.json"
     path.write_text(json.dumps(manifest), encoding="utf-8")
-    with pytest.raises(GateInputError, match=message) as error:
+    with pytest.raises(BadInput, match=message) as error:
         load_freeze(path)
     assert str(path) in str(error.value)
 
@@ -211,7 +221,7 @@ def test_flipping_a_kept_decision_to_promote_is_refused():
         ("effort", "high", "effort"),
         ("candidate_origin", "hand-written", "candidate_origin"),
         ("required_candidate_arms", [CANDIDATE, "candidate_direct"], "required_candidate_arms[1]"),
-        ("policy", Policy(max_age_days=30), "policy.max_age_days"),
+        ("policy", Policy.from_dict({'max_age_days': 30}), "policy.max_age_days"),
     ],
 )
 def test_a_binding_that_moved_since_the_gate_is_refused(key, value, field):
@@ -223,7 +233,7 @@ def test_a_binding_that_moved_since_the_gate_is_refused(key, value, field):
 
 def test_current_accepts_a_policy_object_and_refuses_a_missing_binding():
     promotion, current = stored()
-    validate_for_apply(promotion, {**current, "policy": Policy()}, LATER)
+    validate_for_apply(promotion, {**current, "policy": DEFAULT}, LATER)
     with pytest.raises(PromotionRefused, match="^backend: the pipeline supplied no current value"):
         validate_for_apply(promotion, {k: v for k, v in current.items() if k != "backend"}, LATER)
 
@@ -265,6 +275,6 @@ def test_an_unnamed_model_is_recorded_as_insufficient_evidence_not_rejected(name
     incumbent, candidate = sides(promoting_rows())
     for side in (incumbent, candidate):
         side.bench["model"]["name"] = name
-    promotion = build_promotion(incumbent, candidate, freeze(), Policy(), now=NOW)
+    promotion = build_promotion(incumbent, candidate, freeze(), DEFAULT, now=NOW)
     assert promotion["decisions"][0]["decision"] == "insufficient_evidence"
-    assert "is not a named model" in promotion["decisions"][0]["reasons"][0]
+    assert "is not a pinned model id" in promotion["decisions"][0]["reasons"][0]

@@ -9,8 +9,9 @@ from fractions import Fraction
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from skillevo.gate import Policy, aggregate, build_promotion, decide_arm, recompute_decisions
-from skillevo.gate.aggregate import EXCLUDED_ERROR_KINDS
+from skillevo.config import Policy
+from skillevo.gate import build_promotion, decide_arm, recompute_decisions
+from skillevo.results import EXCLUDED_ERROR_KINDS, aggregate
 from tests.gate_rows import CANDIDATE, INCUMBENT, freeze, row, sides
 
 NOW = datetime(2025, 3, 1, tzinfo=timezone.utc)
@@ -38,7 +39,7 @@ def benches(draw):
     return rows
 
 
-def decide_rows(rows, policy=Policy()):
+def decide_rows(rows, policy=Policy.from_dict({})):
     tasks = {r["task"]: r["class"] for r in rows}
     return decide_arm(
         aggregate(rows, tasks, [INCUMBENT, CANDIDATE]),
@@ -95,7 +96,7 @@ def test_decision_is_invariant_to_row_order(rows, rng):
 @given(benches())
 def test_recomputation_from_the_stored_file_equals_the_stored_decision(rows):
     incumbent, candidate = sides(rows)
-    promotion = build_promotion(incumbent, candidate, freeze(), Policy(), now=NOW)
+    promotion = build_promotion(incumbent, candidate, freeze(), Policy.from_dict({}), now=NOW)
     from_file = json.loads(json.dumps(promotion, sort_keys=True))
     assert recompute_decisions(from_file) == from_file["decisions"]
     assert from_file["decisions"] == promotion["decisions"]

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from skillevo.gate._schema import first_error, schema_validator
+from skillevo.schemas import first_error, schema_validator
 from stages import gate as stage
 from tests.gate_rows import CANDIDATE, INCUMBENT, bench, freeze, row, runs, write_side
 
@@ -20,6 +20,7 @@ TASKS = {"t1": "trivial", "t2": "investigation"}
 
 
 def setup_inputs(tmp_path: Path, *, candidate_costs=(0.8, 0.85, 0.9), candidate_rows=None, params="gate: {}\n"):
+    params = "arms: {workflow: {sessions: [{skill: work, prompt: '{prompt}'}]}}\n" + params
     incumbent_rows = runs("t1", INCUMBENT, [1.0, 1.1, 0.9])
     incumbent_rows += runs("t2", INCUMBENT, [2.0, 2.0, 2.0], cls="investigation")
     if candidate_rows is None:
@@ -154,8 +155,8 @@ def test_a_bad_row_fails_naming_file_line_and_rule(tmp_path: Path, capsys, name)
 
 @pytest.mark.parametrize(
     "text, message",
-    [("{not json\n", r"results\.jsonl:1: not a JSON value.*\(rule: one JSON object per line\)"),
-     ('{"cost_usd": NaN}\n', r"results\.jsonl:1: not a JSON value: NaN is not a number"),
+    [("{not json\n", r"results\.jsonl:1: not valid JSON.*\(rule: JSON syntax\)"),
+     ('{"cost_usd": NaN}\n', r"results\.jsonl:1: not valid JSON: NaN is not a number"),
      ("[1, 2]\n", r"results\.jsonl:1: \$: \[1, 2\] is not of type 'object' \(rule: type\)")],
 )
 def test_unparseable_lines_are_named(tmp_path: Path, capsys, text, message):

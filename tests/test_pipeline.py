@@ -61,7 +61,7 @@ def demo(tmp_path_factory) -> dict:
 
 def test_fresh_clone_make_demo_promotes_the_candidate_without_the_wasteful_line(demo):
     assert "decision: promote" in demo["output"]
-    assert ran(demo["output"]) == {"bench-incumbent", "evidence", "propose", "freeze", "bench-candidate", "gate"}
+    assert ran(demo["output"]) == {"bench@incumbent", "evidence", "propose", "freeze", "bench@candidate", "gate"}
     promotion = json.loads((demo["clone"] / "results/gate/promotion.json").read_text())
     assert [d["decision"] for d in promotion["decisions"]] == ["promote", "promote"]
     assert promotion["backend"]["simulated"] is True
@@ -86,7 +86,7 @@ def test_changing_only_a_gate_threshold_reruns_only_the_gate(demo):
     finally:
         params_file.write_text(original)
     out = run([DVC, "repro"], demo["clone"])  # back to the recorded params: served by the run-cache
-    assert ran(out) <= {"gate"} and "Stage 'gate' is cached" in out or ran(out) == set()
+    assert ran(out) == set() and "Stage 'gate' is cached" in out  # restored, not re-run
 
 
 def _reproduce_elsewhere(demo: dict, dest: Path, remote_setup: list[list[str]], **env: str) -> tuple[str, int]:
@@ -112,8 +112,8 @@ def test_sharing_through_a_local_remote_reproduces_with_zero_sessions(demo):
 
 
 def test_sharing_through_s3_on_moto_reproduces_with_zero_sessions(demo):
-    from moto.server import ThreadedMotoServer
     import boto3
+    from moto.server import ThreadedMotoServer
 
     server = ThreadedMotoServer("127.0.0.1", 0, verbose=False)
     server.start()
@@ -144,7 +144,7 @@ def test_apply_rewrites_skills_and_the_next_repro_reruns_the_incumbent_side(demo
     assert "apply: refused" in subprocess.run(
         ["make", f"VENV={ROOT / '.venv'}", f"TOOLS={ROOT / '.tools'}", "apply"], cwd=clone, env=_env(),
         capture_output=True, text=True).stderr
-    assert "bench-incumbent" in ran(run([DVC, "repro", "--dry"], clone))
+    assert "bench@incumbent" in ran(run([DVC, "repro", "--dry"], clone))
     assert run(["git", "status", "--porcelain", "--", "skills", ".claude"], clone).strip()  # a plain diff, uncommitted
     make(clone, "revert")
     assert WASTEFUL in (clone / "skills/work/SKILL.md").read_text()
@@ -172,7 +172,7 @@ def test_evolve_stops_after_two_keep_incumbent_generations_with_the_first_as_evi
     first = (generations[0] / "proposal/proposal.md").read_text()
     assert first.splitlines()[2] not in (generations[1] / "proposal/proposal.md").read_text()
     second_generation = out.split("== generation 2 of 2")[1]
-    assert "bench-incumbent" not in ran(second_generation)
+    assert "bench@incumbent" not in ran(second_generation)
     report = make(clone, "report")
     assert re.search(r"\| 2 \| .*keep_incumbent.* \| reused \|", report), report
     assert (clone / "generations.dvc").is_file()

@@ -2,33 +2,34 @@
 
 from __future__ import annotations
 
-import argparse
 import json
 import re
+import uuid
 from pathlib import Path
 
 import pytest
 
-from skillevo import overlay, propose
+from skillevo import config, overlay, propose
 from skillevo.evidence import make_bundle, write_bundle
-from skillevo.simulator import EscapeTargets, Simulator, load_all
+from skillevo.freeze import freeze
+from skillevo.models import Model
+from skillevo.simulator import EscapeTargets, Simulator, demo, load_all
 from skillevo.simulator.proposer import SimulatedProposer
-from stages import freeze as freeze_stage
-from tests.bench_fixtures import ROOT, write_params
+from tests.bench_fixtures import ROOT, params
 from tests.conftest import session_processes
 
 pytestmark = [pytest.mark.cli, pytest.mark.bwrap]
 WASTEFUL = "Read every module of the package end to end before editing"
 BOOKS = sorted((ROOT / "tasks/playbooks").glob("*.yaml"))
+MARKER = f"proposer-escape-marker-{uuid.uuid4().hex}"  # unique: only this run's escapee carries it
 
 
 @pytest.fixture(scope="module")
 def evidence(tmp_path_factory, demo_incumbent) -> tuple[Path, list[dict]]:
     root = tmp_path_factory.mktemp("gen")
     bench_dir, rows = demo_incumbent
-    params_file = write_params(root / "params.yaml", runs=1)
-    bundle = make_bundle(previous=None, incumbent=bench_dir, seed=None, learnings=None,
-                         tasks=ROOT / "tasks/tasks.yaml", params=params_file)
+    bundle = make_bundle(params=params(runs=1), previous=None, incumbent=bench_dir, seed=None, learnings=None,
+                         tasks=ROOT / "tasks/tasks.yaml")
     write_bundle(bundle, root / "evidence")
     return root, rows
 
@@ -36,10 +37,10 @@ def evidence(tmp_path_factory, demo_incumbent) -> tuple[Path, list[dict]]:
 def _propose(root: Path, endpoint_mode: str, out: Path, **sim_kw) -> dict:
     book = load_all(BOOKS)
     with Simulator(book, responders={"proposer": SimulatedProposer(book, {"plan", "work"})}, **sim_kw) as sim:
-        return propose.run(prompt=propose.render_prompt((ROOT / "prompts/propose.md").read_text(), ["plan", "work"], 40),
+        return propose.run(prompt=propose.render_prompt(ROOT / "prompts/propose.md", ["plan", "work"], 40),
                            skills_dir=ROOT / "skills", evidence_dir=root / "evidence", evolvable=["plan", "work"],
-                           model="claude-sonnet-4-5", endpoint=sim.url(endpoint_mode), api_key=None,
-                           limits=overlay.Limits(), out=out, timeout_s=120)
+                           model=Model("simulator", demo.MODEL, sim.url(endpoint_mode)), api_key=None,
+                           limits=overlay.Limits(max_changed_lines=40), out=out, timeout_s=120)
 
 
 def test_evidence_propose_freeze_removes_the_wasteful_instruction(evidence, tmp_path):
@@ -55,10 +56,10 @@ def test_evidence_propose_freeze_removes_the_wasteful_instruction(evidence, tmp_
     assert cited and set(cited) <= real
     for section in ("## Pattern", "## Change", "## Expected metric movement", "## Risks"):
         assert section in text
-    manifest = freeze_stage.freeze(argparse.Namespace(
-        overlay=tmp_path / "proposal/overlay", session=tmp_path / "proposal/session.json", hand_written=False,
-        tasks=ROOT / "tasks/tasks.yaml", params=ROOT / "params.yaml", repo=ROOT, out=tmp_path / "freeze"))
-    assert manifest["candidate_origin"] == "proposer" and manifest["proposer_model"] == "claude-sonnet-4-5"
+    manifest = freeze(tmp_path / "proposal/overlay", params=config.load(ROOT / "params.yaml"),
+                      tasks_file=ROOT / "tasks/tasks.yaml", repo=ROOT, out=tmp_path / "freeze",
+                      session=tmp_path / "proposal/session.json")
+    assert manifest["candidate_origin"] == "proposer" and manifest["proposer_model"] == demo.MODEL
     assert manifest["required_candidate_arms"] == ["candidate_direct", "candidate_workflow"]
 
 
@@ -67,7 +68,7 @@ def test_proposer_cannot_read_tasks_oracles_or_anything_outside_its_mounts(evide
     canary = "skillevo-oracle-canary"
     targets = EscapeTargets(outside_dir=str(ROOT / "tasks"), planted_file=str(ROOT / "tasks/tasks.yaml"),
                             home_dir=str(Path.home()), oracle_dir=str(ROOT / "tasks/oracles"), loopback_port=9,
-                            marker="proposer-escape-marker")
+                            marker=MARKER)
     with pytest.raises(propose.ProposalRefused, match="wrote no overlay"):
         _propose(root, "escape", tmp_path / "proposal", escape=targets)
     transcript = "".join(p.read_text() for p in (tmp_path / "proposal/transcripts").iterdir())
@@ -75,7 +76,7 @@ def test_proposer_cannot_read_tasks_oracles_or_anything_outside_its_mounts(evide
     assert canary not in transcript
     assert "dialogue-heavy text" not in transcript  # a task prompt from tasks.yaml
     assert not (ROOT / "tasks/escape-bash.txt").exists() and not (ROOT / "tasks/escape-write.txt").exists()
-    assert not session_processes("proposer-escape-marker")
+    assert not session_processes(MARKER)
     assert json.loads((tmp_path / "proposal/session.json").read_text())["ok"] is True
 
 

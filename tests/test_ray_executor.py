@@ -34,16 +34,16 @@ try:
 except ImportError as e:  # no skip: without the `ray` extra every test here fails, as CI must notice
     ray, RAY_MISSING = None, f"Ray is not installed ({e}): pip install -e '.[ray]'"
 
-from skillevo import params as params_mod
+from skillevo import config, models
 from skillevo.bench import ray_executor
 from skillevo.bench.ray_executor import RayExecutor, RayExecutorError
 from skillevo.bench.side import build_cells, plan, run_side
 from skillevo.digests import canonical_json, sha256_bytes
-from skillevo.params import Model
+from skillevo.models import Model
 from skillevo.schemas import validate
-from skillevo.simulator import Simulator, load_all
-from tests.bench_fixtures import ROOT, make_mini, params
-from tests.conftest import session_processes
+from skillevo.simulator import Simulator, demo, load_all
+from tests.bench_fixtures import ROOT, make_mini, params, params_doc
+from tests.conftest import carrying, cmdline, process_tree, session_processes
 
 pytestmark = [pytest.mark.ray, pytest.mark.cli, pytest.mark.bwrap]
 TASKS = ROOT / "tasks/tasks.yaml"
@@ -55,37 +55,9 @@ KEY = "skillevo-planted-credential-5b0e7c1d9a"  # no known key pattern: redactio
 
 # --- processes and sockets ------------------------------------------------------------------------------
 
-def _cmdline(pid: int) -> str:
-    try:
-        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
-    except OSError:
-        return ""
-
-
-def _children() -> dict[int, list[int]]:
-    kids: dict[int, list[int]] = {}
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            ppid = int(stat.read_text().rsplit(")", 1)[1].split()[1])
-        except (OSError, IndexError, ValueError):
-            continue
-        kids.setdefault(ppid, []).append(int(stat.parent.name))
-    return kids
-
-
-def _tree(roots: set[int]) -> set[int]:
-    kids, seen, todo = _children(), set(), list(roots)
-    while todo:
-        pid = todo.pop()
-        if pid not in seen:
-            seen.add(pid)
-            todo += kids.get(pid, [])
-    return seen
-
-
 def _cluster_pids(marker: str) -> set[int]:
     """Every process of the cluster: those started with its temp dir in their command line, and theirs."""
-    return _tree({int(p.name) for p in Path("/proc").iterdir() if p.name.isdigit() and marker in _cmdline(int(p.name))})
+    return process_tree(carrying(marker))
 
 
 def _loopback(endpoint: str) -> bool:
@@ -99,7 +71,7 @@ def _loopback(endpoint: str) -> bool:
 
 
 def _sockets(pids: set[int]) -> list[tuple[str, str, str, str]]:
-    """(state, local, peer, owner) of every TCP/UDP socket of `pids`, or of any Ray-named process."""
+    """(state, local, peer, owner) of every TCP/UDP socket of `pids` (what this test started, nothing else)."""
     out = subprocess.run(["ss", "-H", "-t", "-u", "-a", "-n", "-p"], capture_output=True, text=True, check=True).stdout
     found = []
     for line in out.splitlines():
@@ -107,7 +79,7 @@ def _sockets(pids: set[int]) -> list[tuple[str, str, str, str]]:
         if len(fields) < 7 or fields[1] == "TIME-WAIT":
             continue
         owners = re.findall(r'\("([^"]*)",pid=(\d+)', line)
-        if any(int(pid) in pids or name.startswith(("ray::", "raylet", "gcs_server")) for name, pid in owners):
+        if any(int(pid) in pids for _, pid in owners):
             found.append((fields[1], fields[4], fields[5], " ".join(f"{n}/{p}" for n, p in owners)))
     return found
 
@@ -122,7 +94,7 @@ class SocketWatch(threading.Thread):
 
     def check(self) -> None:
         cluster = _cluster_pids(self.marker) if self.marker else set()
-        for state, local, peer, owner in _sockets(cluster | _tree({os.getpid()})):
+        for state, local, peer, owner in _sockets(cluster | process_tree({os.getpid()})):
             if state in ("LISTEN", "UNCONN"):
                 self.listening.add(owner.split("/")[0])
                 if not _loopback(local):
@@ -153,12 +125,12 @@ class Killer(threading.Thread):
     def run(self) -> None:
         while not self.stop.wait(0.05) and not self.killed:
             for pid in _cluster_pids(self.marker):
-                if not _cmdline(pid).startswith(CELL_TITLE):
+                if not cmdline(pid).startswith(CELL_TITLE):
                     continue
-                for child in _tree({pid}) - {pid}:
+                for child in process_tree({pid}) - {pid}:
                     # the session must be alive at the kill itself: a worker caught starting its next sandbox
                     # would orphan it (bwrap's --die-with-parent is armed only once bwrap runs)
-                    if "/opt/claude/claude" in _cmdline(child):
+                    if "/opt/claude/claude" in cmdline(child):
                         os.kill(pid, signal.SIGKILL)
                         self.killed.append(pid)
                         return
@@ -264,10 +236,17 @@ def cluster(tmp_path_factory):
         shutil.rmtree(temp, ignore_errors=True)
 
 
-def _ray_params(cluster: Cluster, **bench) -> dict:
-    p = params(runs=1)
-    p["bench"].update(executor="ray", ray_address=cluster.address, **bench)
-    return p
+def _ray_doc(cluster: Cluster, runs: int = 1, **bench) -> dict:
+    return params_doc(runs=runs, bench={"executor": "ray", "ray_address": cluster.address, **bench})
+
+
+def _ray_params(cluster: Cluster, runs: int = 1, **bench) -> config.Params:
+    return config.parse(_ray_doc(cluster, runs, **bench))
+
+
+def _executor(address: str | None, **bench) -> RayExecutor:
+    """A RayExecutor as the bench makes it, from the project's bench params with `bench` changed."""
+    return RayExecutor.from_params(dataclasses.replace(params().bench, ray_address=address, **bench))
 
 
 def _scratch(tmp_path: Path) -> Path:
@@ -302,7 +281,7 @@ def _parent(pid: int) -> str:
         ppid = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
     except (OSError, IndexError, ValueError):
         return "?"
-    return f"{ppid}: {_cmdline(ppid)[:80]}"
+    return f"{ppid}: {cmdline(ppid)[:80]}"
 
 
 def _rows(out: Path) -> list[dict]:
@@ -331,7 +310,7 @@ def test_demo_side_on_ray_equals_the_local_executor(cluster, demo_incumbent, tmp
     out = tmp_path / "ray"
     p = _ray_params(cluster)
     with SocketWatch(cluster.temp_dir) as watch:
-        rows = run_side(plan("incumbent", TASKS, ROOT / "skills", None, p), TASKS, ROOT / "skills", None, p, out,
+        rows = run_side(plan("incumbent", TASKS, ROOT / "skills", None, p), p, out,
                         quiet=True, scratch_root=_scratch(tmp_path))  # bench.executor: ray: the Ray executor
     watch.check()
     assert not watch.bad, watch.bad
@@ -360,7 +339,7 @@ def test_worker_killed_mid_cell_is_retried_and_the_result_set_is_complete(cluste
     p = _ray_params(cluster, ray_max_retries=2)
     side, tasks_file = _mini_side(tmp_path, p)
     with Killer(cluster.temp_dir) as killer:
-        rows = run_side(side, tasks_file, ROOT / "skills", None, p, tmp_path / "out", quiet=True,
+        rows = run_side(side, p, tmp_path / "out", quiet=True,
                         scratch_root=_scratch(tmp_path))
     assert len(killer.killed) == 1 and not Path(f"/proc/{killer.killed[0]}").exists()
     assert len(rows) == 4 and _rows(tmp_path / "out") == rows
@@ -375,7 +354,7 @@ def test_worker_lost_on_every_try_becomes_an_infra_error_row(cluster, tmp_path):
     p = _ray_params(cluster, ray_max_retries=0)
     side, tasks_file = _mini_side(tmp_path, p, tasks=1)
     with Killer(cluster.temp_dir) as killer:
-        rows = run_side(side, tasks_file, ROOT / "skills", None, p, tmp_path / "out", quiet=True,
+        rows = run_side(side, p, tmp_path / "out", quiet=True,
                         scratch_root=_scratch(tmp_path))
     assert len(killer.killed) == 1
     assert len(rows) == 2
@@ -389,7 +368,7 @@ def test_worker_lost_on_every_try_becomes_an_infra_error_row(cluster, tmp_path):
 
 
 def test_api_key_travels_only_in_the_runtime_env(cluster, tmp_path, monkeypatch):
-    assert "runtime_env" not in RayExecutor.from_params(params()).init_kwargs()  # no key (simulator): none sent
+    assert "runtime_env" not in RayExecutor.from_params(params().bench).init_kwargs()  # no key (simulator): none sent
     p = params(runs=1)
     side, tasks_file = _mini_side(tmp_path, p, tasks=1)
     side.arms = [a for a in side.arms if a.name == "direct"]
@@ -401,9 +380,10 @@ def test_api_key_travels_only_in_the_runtime_env(cluster, tmp_path, monkeypatch)
     results = []
     # the endpoint backend against a simulator that refuses any other key: a resolved row proves the key arrived
     with Simulator(load_all([tasks_file.parent / "playbooks/mini.yaml"]), api_key=KEY) as sim:
-        cells = build_cells(side, ROOT / "skills", None, p["bench"], Model("endpoint", "claude-sonnet-4-5", sim.url()),
+        cells = build_cells(side, p.bench, Model("endpoint", demo.MODEL, sim.url()),
                             scratch)
-        RayExecutor(cluster.address, api_key=KEY).run(cells, lambda c, r: results.append(r), threading.Event())
+        RayExecutor.from_params(dataclasses.replace(p.bench, ray_address=cluster.address), api_key=KEY).run(
+            cells, lambda c, r: results.append(r), threading.Event())
     [result] = results
     assert result.row["resolved"] is True and result.row["backend"] == "endpoint", result.row["error_detail"]
     assert len(submitted) == 1 and KEY.encode() not in pickle.dumps(submitted)
@@ -419,22 +399,21 @@ def test_a_cluster_that_cannot_run_the_cells_stops_the_run_clearly(cluster, tmp_
     p = params(runs=1)
     side, _ = _mini_side(tmp_path, p, tasks=1)
     with Simulator(load_all([tmp_path / "tasks/playbooks/mini.yaml"])) as sim:
-        mdl, _ = params_mod.model(p, sim.url())
-        cells = build_cells(side, ROOT / "skills", None, p["bench"], mdl, tmp_path)
+        mdl, _ = models.resolve(p.model, sim.url())
+        cells = build_cells(side, p.bench, mdl, tmp_path)
         moved = [dataclasses.replace(c, template=Path("/nonexistent/template")) for c in cells]
         with pytest.raises(RayExecutorError, match="has no cell template /nonexistent/template"):
-            RayExecutor(cluster.address).run(moved, lambda c, r: None, threading.Event())
+            _executor(cluster.address).run(moved, lambda c, r: None, threading.Event())
         with pytest.raises(RayExecutorError, match="no node of the Ray cluster .* offers"):
-            RayExecutor(cluster.address, cell_resources={"num_cpus": 1, "gpu_box": 1}).run(
+            _executor(cluster.address, ray_cell_resources={"num_cpus": 1, "gpu_box": 1}).run(
                 cells, lambda c, r: None, threading.Event())
     with pytest.raises(RayExecutorError, match="no Ray cluster answers at 127.0.0.1:1 "):
-        RayExecutor("127.0.0.1:1").run(cells, lambda c, r: None, threading.Event())
+        _executor("127.0.0.1:1").run(cells, lambda c, r: None, threading.Event())
 
 
 def test_ctrl_c_cancels_outstanding_cells_and_keeps_the_finished_ones(cluster, tmp_path):
     tasks_file = make_mini(tmp_path)
-    p = _ray_params(cluster, runs=3)
-    (tmp_path / "params.yaml").write_text(json.dumps(p))
+    (tmp_path / "params.yaml").write_text(json.dumps(_ray_doc(cluster, runs=3)))
     out = tmp_path / "out"
     env = {**os.environ, "TMPDIR": str(_scratch(tmp_path))}  # the side's scratch, so its sandboxes can be found
     proc = subprocess.Popen([sys.executable, "-m", "stages.bench", "--side", "incumbent", "--tasks", str(tasks_file),
@@ -454,7 +433,7 @@ def test_ctrl_c_cancels_outstanding_cells_and_keeps_the_finished_ones(cluster, t
     for row in rows:
         validate(row, "result-row.schema.json", "row")
     assert not _sessions_left(tmp_path)
-    assert not [pid for pid in _cluster_pids(cluster.temp_dir) if _cmdline(pid).startswith(CELL_TITLE)]
+    assert not [pid for pid in _cluster_pids(cluster.temp_dir) if cmdline(pid).startswith(CELL_TITLE)]
 
 
 def test_a_local_instance_for_the_run_stays_on_loopback_and_goes_away(tmp_path, monkeypatch):
@@ -470,10 +449,10 @@ def test_a_local_instance_for_the_run_stays_on_loopback_and_goes_away(tmp_path, 
 
     # with a key: the instance's workers inherit it from this process, so no runtime_env (nor its log) has it
     with Simulator(load_all([tmp_path / "tasks/playbooks/mini.yaml"]), api_key=KEY) as sim:
-        cells = build_cells(side, ROOT / "skills", None, p["bench"], Model("endpoint", "claude-sonnet-4-5", sim.url()),
+        cells = build_cells(side, p.bench, Model("endpoint", demo.MODEL, sim.url()),
                             _scratch(tmp_path))
         with SocketWatch(None) as watch:  # this process's tree: the instance is started from here
-            RayExecutor.from_params(p, api_key=KEY).run(cells, keep, threading.Event())
+            RayExecutor.from_params(p.bench, api_key=KEY).run(cells, keep, threading.Event())
     watch.check()
     assert not watch.bad, watch.bad
     assert {"gcs_server", "raylet"} <= watch.listening, watch.listening
@@ -485,5 +464,5 @@ def test_a_local_instance_for_the_run_stays_on_loopback_and_goes_away(tmp_path, 
     deadline = time.monotonic() + 30
     while _cluster_pids(Path(session).name) and time.monotonic() < deadline:
         time.sleep(0.2)  # ray.shutdown stops the instance it started
-    assert not [_cmdline(pid) for pid in _cluster_pids(Path(session).name)]
+    assert not [cmdline(pid) for pid in _cluster_pids(Path(session).name)]
     shutil.rmtree(session, ignore_errors=True)  # the instance's logs, under Ray's default temp dir

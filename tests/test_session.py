@@ -8,22 +8,22 @@ from pathlib import Path
 import pytest
 
 from skillevo.agent import SessionSpec, run_session
-from skillevo.agent.transcript import verify
+from skillevo.results import read_artifact
 from skillevo.schemas import validate
+from skillevo.simulator import Simulator, demo
 from tests.conftest import PLANTED_KEY, PROMPT, SKILL, make_workspace, session_processes
-from skillevo.simulator import Simulator
 
 pytestmark = [pytest.mark.cli, pytest.mark.bwrap]
 
 
 def _spec(ws: Path, tmp: Path, url: str, name: str = "s", **kw) -> SessionSpec:
-    return SessionSpec(prompt=PROMPT, workspace=ws, model="claude-sonnet-4-5", endpoint=url, api_key=PLANTED_KEY,
+    return SessionSpec(prompt=PROMPT, workspace=ws, model=demo.MODEL, endpoint=url, api_key=PLANTED_KEY,
                        transcript_dir=tmp / "transcripts", transcript_name=name, expected_skill="work",
                        timeout_s=kw.pop("timeout_s", 90), max_retries=0, **kw)
 
 
 def _result_event(record: dict, tmp: Path) -> dict:
-    data = verify(record["transcript"], tmp / "transcripts")
+    data = read_artifact(record["transcript"], tmp / "transcripts")
     return [json.loads(line) for line in data.splitlines() if json.loads(line)["type"] == "result"][0]
 
 

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from skillevo.agent import stream, transcript
-from skillevo.agent.transcript import TranscriptMismatch
+from skillevo.results import ArtifactMismatch, read_artifact
 
 USAGE = {"input_tokens": 10, "output_tokens": 5, "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0}
 
@@ -78,7 +78,7 @@ def test_transcript_is_redacted_canonical_and_bound(tmp_path):
     assert b"sk-ant-api03" not in data and b"LIT-SECRET-1" not in data and b"[REDACTED]" in data
     assert data == transcript.render(list(events), ("LIT-SECRET-1",))  # canonical: same events, same bytes
     meta = transcript.write(data, tmp_path, "t.jsonl")
-    assert transcript.verify(meta, tmp_path) == data
+    assert read_artifact(meta, tmp_path) == data
     with pytest.raises(FileExistsError):
         transcript.write(data, tmp_path, "t.jsonl")
 
@@ -87,7 +87,7 @@ def test_transcript_whose_digest_does_not_match_is_refused(tmp_path):
     meta = transcript.write(b'{"type":"result"}\n', tmp_path, "t.jsonl")
     (tmp_path / "t.jsonl").chmod(0o600)
     (tmp_path / "t.jsonl").write_bytes(b'{"type":"result","x":1}\n')
-    with pytest.raises(TranscriptMismatch, match="does not match its record"):
-        transcript.verify(meta, tmp_path)
-    with pytest.raises(TranscriptMismatch, match="does not match"):
-        transcript.verify({**meta, "bytes": meta["bytes"] + 1}, tmp_path)
+    with pytest.raises(ArtifactMismatch, match="does not match its row"):
+        read_artifact(meta, tmp_path)
+    with pytest.raises(ArtifactMismatch, match="does not match"):
+        read_artifact({**meta, "bytes": meta["bytes"] + 1}, tmp_path)

@@ -8,8 +8,8 @@ import subprocess
 import pytest
 import yaml
 
-from skillevo import arms, tasks, workspace
-from skillevo.schemas import InvalidDocument
+from skillevo import arms, config, tasks, workspace
+from skillevo.errors import BadInput
 from tests.bench_fixtures import ROOT, make_mini
 
 
@@ -24,7 +24,7 @@ def _rewrite(tasks_file, mutate):
     (lambda d: d["tasks"].append(dict(d["tasks"][0])), r"task 'greet': id: duplicate task id"),
     (lambda d: d["tasks"][0]["oracle"]["files"][0].update(source="../tasks.yaml"), r"\.oracle\.files\[0\]\.source"),
     (lambda d: d["tasks"][0]["oracle"]["files"][0].update(source="/etc/passwd"), r"\.oracle\.files\[0\]\.source"),
-    (lambda d: d["tasks"][0]["oracle"]["files"][0].update(source="missing.py"), r"task 'greet': oracle.files\[\].source: missing.py is missing"),
+    (lambda d: d["tasks"][0]["oracle"]["files"][0].update(source="missing.py"), r"task 'greet': oracle.files\[\].source: refused: .*missing.py: oracle file does not exist"),
     (lambda d: d["tasks"][0].update(colour="red"), r"\$\.tasks\[0\]: Additional properties .*colour"),
     (lambda d: d["tasks"][0].update(ref="main"), r"task 'greet': ref: ref applies to git targets only"),
     (lambda d: d["tasks"][0].update(target="targets/nope"), r"task 'greet': target: targets/nope must be an existing directory"),
@@ -33,7 +33,7 @@ def _rewrite(tasks_file, mutate):
 ])
 def test_bad_task_files_are_refused(tmp_path, mutate, message):
     tasks_file = _rewrite(make_mini(tmp_path), mutate)
-    with pytest.raises(InvalidDocument, match=message):
+    with pytest.raises(BadInput, match=message):
         tasks.load(tasks_file)
 
 
@@ -42,14 +42,14 @@ def test_oracle_symlink_is_refused(tmp_path):
     oracles = tasks_file.parent / "oracles"
     os.rename(oracles / "test_greet_oracle.py", oracles / "real.py")
     os.symlink("real.py", oracles / "test_greet_oracle.py")
-    with pytest.raises(InvalidDocument, match=r"task 'greet': oracle.files\[\].source: refused: .* is a symlink"):
+    with pytest.raises(BadInput, match=r"task 'greet': oracle.files\[\].source: refused: .* is a symlink"):
         tasks.load(tasks_file)
 
 
 def test_target_with_its_own_skills_is_refused(tmp_path):
     tasks_file = make_mini(tmp_path)
     (tasks_file.parent / "targets/greet/.claude").mkdir()
-    with pytest.raises(InvalidDocument, match=r"target: the target contains .claude/"):
+    with pytest.raises(BadInput, match=r"target: the target contains .claude/"):
         tasks.load(tasks_file)
 
 
@@ -99,7 +99,7 @@ def test_candidate_template_commits_the_overlay_on_top_and_refuses_identical(tmp
     assert workspace.git(tmp_path / "tpl", "rev-list", "--count", base) == "2"
     assert (tmp_path / "tpl/.claude/skills/work/SKILL.md").read_text().endswith("shorter\n")
     (overlay / "SKILL.md").write_bytes((ROOT / "skills/work/SKILL.md").read_bytes())
-    with pytest.raises(workspace.WorkspaceError, match="byte-identical"):
+    with pytest.raises(BadInput, match="byte-identical"):
         workspace.build_template(tree, ROOT / "skills", tmp_path / "overlay", tmp_path / "tpl2")
 
 
@@ -111,11 +111,12 @@ def test_expensive_tasks_are_skipped_and_listed(tmp_path):
 
 
 def test_required_candidate_arms_are_the_arms_using_a_touched_skill():
-    incumbents = arms.parse(yaml.safe_load((ROOT / "params.yaml").read_text())["arms"], {"plan", "work"})
+    incumbents = config.load(ROOT / "params.yaml").arms
     assert [a.name for a in arms.required_candidate_arms({"plan"}, incumbents)] == ["candidate_workflow"]
     required = arms.required_candidate_arms({"work"}, incumbents)
     assert [(a.name, a.incumbent) for a in required] == [("candidate_direct", "direct"), ("candidate_workflow", "workflow")]
-    with pytest.raises(arms.ArmError, match=r"arms.x.sessions\[0\].skill: 'nope'"):
-        arms.parse({"x": {"sessions": [{"skill": "nope", "prompt": "{prompt}"}]}}, {"plan"})
+    odd = config.parse({"arms": {"x": {"sessions": [{"skill": "nope", "prompt": "{prompt}"}]}}}).arms
+    with pytest.raises(BadInput, match=r"arms.x.sessions\[0\].skill: 'nope'"):
+        arms.check_skills(odd, {"plan"})
 
 
