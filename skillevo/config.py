@@ -8,7 +8,6 @@ any other way.
 
 from __future__ import annotations
 
-import copy
 import math
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, fields
@@ -20,10 +19,9 @@ from typing import Any, TypeVar
 from skillevo import documents, layout, models
 from skillevo.arms import Arm, Session
 from skillevo.errors import BadInput
-from skillevo.schemas import load_schema, validate
+from skillevo.schemas import fill_defaults, load_schema, validate
 
 SCHEMA = "params"
-_MISSING = object()
 MAX_PARAMS_BYTES = 1 << 20
 
 
@@ -150,28 +148,6 @@ def _typed(cls: type[T], values: Mapping[str, Any]) -> T:
     return cls(**out)
 
 
-def _resolve(node: Mapping[str, Any]) -> Mapping[str, Any]:
-    ref = node.get("$ref")
-    if isinstance(ref, str) and ref.startswith("#/$defs/"):
-        return load_schema(SCHEMA)["$defs"][ref.removeprefix("#/$defs/")]
-    return node
-
-
-def fill_defaults(value: Any, schema: Mapping[str, Any]) -> Any:
-    """A copy of `value` with every missing object property that has a schema default filled in, recursively."""
-    schema = _resolve(schema)
-    if not isinstance(value, dict):
-        return value
-    out = dict(value)
-    for name, sub in schema.get("properties", {}).items():
-        default = sub.get("default", _resolve(sub).get("default", _MISSING))
-        if name not in out and default is not _MISSING:
-            out[name] = copy.deepcopy(default)
-        if name in out:
-            out[name] = fill_defaults(out[name], sub)
-    return out
-
-
 def _check_plain(value: Any, source: str, path: str = "$") -> None:
     """YAML can say things JSON cannot: non-string keys, NaN, infinities, dates. Refuse them by key path."""
     if isinstance(value, dict):
@@ -192,7 +168,7 @@ def _check_plain(value: Any, source: str, path: str = "$") -> None:
 def section(cls: type[T], name: str, values: Mapping[str, Any], source: str) -> T:
     """One section on its own (a promotion's embedded policy, a test's limits), defaults filled, validated."""
     _check_plain(dict(values), source, "$")
-    filled = fill_defaults(dict(values), load_schema(SCHEMA)["$defs"][name])
+    filled = fill_defaults(dict(values), load_schema(SCHEMA)["$defs"][name], load_schema(SCHEMA))
     validate(filled, SCHEMA, source, definition=name)
     return _typed(cls, filled)
 

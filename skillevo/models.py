@@ -9,9 +9,11 @@ snapshot is what the API serves, so it earns a warning; every row records the id
 from __future__ import annotations
 
 import os
+import socket
 from dataclasses import dataclass
 from datetime import date
 from typing import Any
+from urllib.parse import urlsplit
 
 from skillevo.errors import BadInput, BrokenEnvironment
 from skillevo.pins import CLAUDE_CODE_VERSION, FLOATING_ALIASES, MODEL_IDS
@@ -83,6 +85,18 @@ def resolve(model: Any, simulator_url: str | None, name: str | None = None) -> t
                                     "(export it; never put it in a file)")
         return Model("anthropic", name, ANTHROPIC_URL, model.effort), key
     return Model("endpoint", name, model.base_url, model.effort), key
+
+
+def check_reachable(model: Model, timeout_s: float = 10.0) -> None:
+    """Refuse to start paid work against an endpoint that does not accept a connection (BrokenEnvironment)."""
+    parts = urlsplit(model.endpoint)
+    port = parts.port or (443 if parts.scheme == "https" else 80)
+    try:
+        socket.create_connection((parts.hostname, port), timeout=timeout_s).close()
+    except OSError as e:
+        raise BrokenEnvironment(f"model endpoint {parts.scheme}://{parts.hostname}:{port} does not answer "
+                                f"({e.strerror or e}); check params model.base_url and the network "
+                                "(rule: reachable endpoint)") from None
 
 
 def binding(model: Any) -> dict[str, Any]:

@@ -8,6 +8,7 @@ same bad document gives the same message on every run.
 
 from __future__ import annotations
 
+import copy
 import functools
 import json
 from pathlib import Path
@@ -57,6 +58,35 @@ def schema_validator(name: str, definition: str | None = None) -> jsonschema.Dra
             raise KeyError(f"schemas/{_file(name)} has no $defs/{definition}")
         schema = {"$ref": f"{BASE_URI}{_file(name)}#/$defs/{definition}"}
     return jsonschema.Draft202012Validator(schema, registry=_registry(), format_checker=jsonschema.FormatChecker())
+
+
+_MISSING = object()
+
+
+def _resolve(node: dict[str, Any], root: dict[str, Any]) -> dict[str, Any]:
+    ref = node.get("$ref")
+    if isinstance(ref, str) and ref.startswith("#/$defs/"):
+        return root["$defs"][ref.removeprefix("#/$defs/")]
+    return node
+
+
+def fill_defaults(value: Any, schema: dict[str, Any], root: dict[str, Any] | None = None) -> Any:
+    """A copy of `value` with every missing object property that has a schema `default` filled in, recursively
+    (also through array items): a schema is the one place a default is written."""
+    root = root or schema
+    schema = _resolve(schema, root)
+    if isinstance(value, list) and isinstance(schema.get("items"), dict):
+        return [fill_defaults(v, schema["items"], root) for v in value]
+    if not isinstance(value, dict):
+        return value
+    out = dict(value)
+    for name, sub in schema.get("properties", {}).items():
+        default = sub.get("default", _resolve(sub, root).get("default", _MISSING))
+        if name not in out and default is not _MISSING:
+            out[name] = copy.deepcopy(default)
+        if name in out:
+            out[name] = fill_defaults(out[name], sub, root)
+    return out
 
 
 def json_path(parts: Any) -> str:

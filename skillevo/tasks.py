@@ -23,7 +23,7 @@ from typing import Any
 from skillevo import documents, safefs
 from skillevo.digests import framed_digest, sha256_bytes, sha256_json, sha256_text
 from skillevo.errors import BadInput
-from skillevo.schemas import validate
+from skillevo.schemas import fill_defaults, load_schema, validate
 
 MAX_TASKS_BYTES = 4 << 20
 MAX_ORACLE_FILE = 512 << 10
@@ -120,11 +120,11 @@ def _oracle_files(raw: dict, oracle_root: Path, source: Path) -> tuple[tuple[str
     return tuple(sorted(out))
 
 
-def load(path: str | Path, *, target_roots: Iterable[str | Path] = (), default_timeout_s: int = 1800) -> list[Task]:
-    """Every task of a tasks file, validated and bound."""
+def load(path: str | Path, *, target_roots: Iterable[str | Path] = ()) -> list[Task]:
+    """Every task of a tasks file, validated (defaults from its schema) and bound."""
     source = Path(path)
     doc = documents.load_yaml(source, what="tasks file", max_bytes=MAX_TASKS_BYTES)
-    validate(doc, "tasks.schema.json", source)
+    doc = validate(fill_defaults(doc, load_schema("tasks")), "tasks", source)
     base, oracle_root = source.parent, source.parent / "oracles"
     roots = tuple(Path(r) for r in target_roots)
     tasks, seen = [], set()
@@ -137,8 +137,8 @@ def load(path: str | Path, *, target_roots: Iterable[str | Path] = (), default_t
         binding = {
             "id": raw["id"],
             "class": raw["class"],
-            "expensive": bool(raw.get("expensive", False)),
-            "timeout_s": int(raw.get("timeout_s", default_timeout_s)),
+            "expensive": raw["expensive"],
+            "timeout_s": raw["timeout_s"],
             "target": {"kind": kind, "path": raw["target"], "tree": tree},
             "prompt_sha256": sha256_text(raw["prompt"]),
             "setup_sha256": sha256_text(raw["setup"]) if "setup" in raw else None,

@@ -14,8 +14,10 @@ import os
 import shutil
 import subprocess
 import tarfile
+from collections.abc import Mapping
 from pathlib import Path
 
+from skillevo import layout, safefs
 from skillevo.errors import BadInput, BrokenEnvironment
 from skillevo.tasks import Task, archive, dir_entries
 
@@ -53,28 +55,24 @@ def export_tree(task: Task, dest: Path) -> None:
         path.write_bytes(content)
 
 
-def _copy_writable(src: Path, dest: Path) -> None:
-    """Copy a skill tree (frozen copies are read-only) with ordinary modes, so cells can clean up."""
-    shutil.copytree(src, dest, dirs_exist_ok=True, copy_function=shutil.copyfile)
-    for dirpath, _, filenames in os.walk(dest):
-        os.chmod(dirpath, 0o755)
-        for name in filenames:
-            os.chmod(os.path.join(dirpath, name), 0o644)
-
-
-def install_skills(skills_dir: Path, ws: Path) -> None:
-    _copy_writable(skills_dir, ws / ".claude" / "skills")
+def _install(files: Mapping[str, bytes], root: Path) -> None:
+    """Files read by the shared no-follow reader, written into our own fresh template (ordinary modes)."""
+    for rel, data in sorted(files.items()):
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_bytes(data)
 
 
 def build_template(tree: Path, skills_dir: Path, overlay_dir: Path | None, dest: Path) -> str:
     """A ready repository at `dest`; returns the commit every cell starts from."""
     shutil.copytree(tree, dest)
-    install_skills(skills_dir, dest)
+    _install(layout.read_family(skills_dir), dest / ".claude" / "skills")
     git(dest, "init", "-q", "--template=", "-b", "main")
     git(dest, "add", "-A")
     git(dest, "commit", "-q", "--no-verify", "-m", "benchmark task snapshot")
     if overlay_dir is not None:
-        _copy_writable(overlay_dir, dest / ".claude" / "skills")
+        _install(safefs.read_tree(overlay_dir, max_file_bytes=layout.MAX_SKILL_FILE_BYTES,
+                                  max_total_bytes=layout.MAX_FAMILY_BYTES, what="overlay file"),
+                 dest / ".claude" / "skills")
         git(dest, "add", "-A")
         if not git(dest, "status", "--porcelain"):
             raise BadInput(f"{overlay_dir}: the candidate overlay is byte-identical to the incumbent skills "

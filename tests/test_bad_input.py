@@ -1,13 +1,24 @@
-"""Clear failures when the machine lacks what sessions need."""
+"""Clear failures when the machine lacks what sessions need: in the library, and as the stage's one line."""
 
 from __future__ import annotations
 
+import errno
+import os
+import re
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 
-from skillevo import sandbox
+from skillevo import safefs, sandbox
 from skillevo.agent import SessionSpec, cli, run_session
 from skillevo.sandbox import process
 from skillevo.simulator import Simulator, demo
+from stages import bench as bench_stage
+from stages import gate as gate_stage
+from tests.bench_fixtures import ROOT, make_mini, write_params
 from tests.conftest import PLANTED_KEY, PROMPT, make_workspace
 
 
@@ -71,3 +82,65 @@ def test_a_real_key_reaches_the_endpoint_but_no_argv_or_sandbox_environment(monk
 def test_relay_refuses_endpoints_with_credentials(tmp_path):
     with pytest.raises(ValueError, match="no credentials"):
         sandbox.Relay("https://user:pw@example.invalid", None, tmp_path)
+
+
+# --- the same, as a user meets it: the stage says it in one line and exits 69 -----------------------------
+
+ENVIRONMENT = 69
+
+
+def _bench_args(tmp_path, **params_sections) -> list[str]:
+    tasks_file = make_mini(tmp_path)
+    params_file = write_params(tmp_path / "params.yaml", **params_sections)
+    return ["--side", "incumbent", "--tasks", str(tasks_file), "--skills", str(ROOT / "skills"),
+            "--params", str(params_file), "--out", str(tmp_path / "out")]
+
+
+def _one_line(err: str, pattern: str) -> None:
+    lines = err.splitlines()
+    assert len(lines) == 1 and "Traceback" not in err, err
+    assert re.search(pattern, lines[0]), lines[0]
+
+
+def test_a_machine_without_bwrap_gets_one_line_and_exit_69(tmp_path):
+    result = subprocess.run([sys.executable, "-m", "stages.bench", *_bench_args(tmp_path)], cwd=ROOT,
+                            capture_output=True, text=True, timeout=120, env={**os.environ, "PATH": str(tmp_path)})
+    assert result.returncode == ENVIRONMENT, result.stderr
+    _one_line(result.stderr, r"^bench: environment: bubblewrap \(bwrap\) is not installed: run `make setup`")
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.bwrap
+def test_a_missing_cli_gets_one_line_and_exit_69(monkeypatch, tmp_path, capsys):
+    monkeypatch.setenv("SKILLEVO_CLAUDE", str(tmp_path / "nope"))
+    monkeypatch.setattr(cli, "LOCAL_CLI", tmp_path / "also-nope")
+    monkeypatch.setenv("PATH", ":".join(p for p in os.environ["PATH"].split(":") if not (Path(p) / "claude").exists()))
+    assert bench_stage.main(_bench_args(tmp_path)) == ENVIRONMENT
+    _one_line(capsys.readouterr().err, r"^bench: environment: the pinned Claude Code CLI .* run `make setup`")
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.cli
+@pytest.mark.bwrap
+def test_an_endpoint_that_does_not_answer_gets_one_line_before_any_cell(tmp_path, capsys):
+    with socket.socket() as closed:
+        closed.bind(("127.0.0.1", 0))
+        port = closed.getsockname()[1]  # bound, never listening: connections are refused
+        args = _bench_args(tmp_path, model={"backend": "endpoint", "base_url": f"http://127.0.0.1:{port}"})
+        assert bench_stage.main(args) == ENVIRONMENT
+    _one_line(capsys.readouterr().err, rf"^bench: environment: model endpoint http://127\.0\.0\.1:{port} does not "
+                                       r"answer .*\(rule: reachable endpoint\)")
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_full_disk_gets_one_line_and_exit_69(monkeypatch, tmp_path, capsys):
+    from tests.test_gate_stage import setup_inputs
+
+    args = setup_inputs(tmp_path)
+
+    def full(dir_fd, name, data, *, mode=0o644):
+        raise OSError(errno.ENOSPC, "No space left on device", str(name))
+
+    monkeypatch.setattr(safefs, "create_at", full)
+    assert gate_stage.main(args) == ENVIRONMENT
+    _one_line(capsys.readouterr().err, r"^gate: environment: .*promotion\.json.*: the disk is full")

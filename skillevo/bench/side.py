@@ -167,6 +167,7 @@ def run_side(p: SidePlan, params: Params, out: Path, *, executor: Executor | Non
         if params.model.simulated:
             sim_url = stack.enter_context(Simulator(load_dir(p.tasks_file.parent / "playbooks"))).url()
         mdl, api_key = models.resolve(params.model, sim_url)
+        models.check_reachable(mdl)
         runner = executor or _executor(params, api_key)
         cells = build_cells(p, params.bench, mdl, scratch)
         out.mkdir(parents=True, exist_ok=True)

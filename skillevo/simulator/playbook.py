@@ -11,8 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
-
+from skillevo import documents
 from skillevo.schemas import InvalidDocument, validate
 
 
@@ -93,11 +92,7 @@ def parse(doc: Any, source: str | Path) -> Playbook:
 
 
 def load(path: str | Path) -> Playbook:
-    try:
-        doc = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
-    except yaml.YAMLError as e:
-        raise InvalidDocument(f"{path}: not valid YAML: {e}") from None
-    return parse(doc, path)
+    return parse(documents.load_yaml(path, what="playbook"), path)
 
 
 def load_dir(directory: Path) -> Playbook:
