@@ -206,8 +206,8 @@ def build_bundle(
             rows.append(built)
 
     fixed: dict[str, bytes] = {}
-    fixed["learnings.json"] = _learnings_file(b, learnings, limits)
-    fixed["gate-summary.json"] = _gate_file(b, inputs.promotion, limits)
+    fixed["learnings.json"] = _learnings_file(b, learnings)
+    fixed["gate-summary.json"] = _gate_file(b, inputs.promotion)
     proposal = None
     if inputs.proposal is not None:
         text, omitted = compact_text(redact_text(inputs.proposal, secrets), limits.max_file_bytes)
@@ -272,22 +272,28 @@ def build_bundle(
     return Bundle(files, manifest)
 
 
-def _learnings_file(b: _Builder, learnings: Iterable[dict[str, Any]], limits: EvidenceParams) -> bytes:
+def _guarded_list(b: _Builder, name: str, entries: Iterable[tuple[str, Any]], *, drop_oldest: bool) -> bytes:
+    """A JSON list file of (label, entry): entries the oracle guard refuses are withheld, then entries are dropped
+    (the oldest first, or the last) until the file fits evidence.max_file_bytes."""
     kept = []
-    for item in learnings:
-        line = item.get("line")
-        entry = redact_obj({k: item[k] for k in sorted(LEARNING_KEYS)}, b.secrets)
+    for label, entry in entries:
         reason = b.guard.check_value(entry)
         if reason:
-            b.drop(f"learning at line {line}", f"withheld: {reason}")
+            b.drop(label, f"withheld: {reason}")
         else:
-            kept.append(entry)
-    data = documents.dump_json(kept)
-    while len(data) > limits.max_file_bytes and kept:
-        kept.pop(0)
-        b.drop("oldest learning", f"learnings.json over evidence.max_file_bytes {limits.max_file_bytes}")
-        data = documents.dump_json(kept)
+            kept.append((label, entry))
+    data = documents.dump_json([entry for _, entry in kept])
+    while len(data) > b.limits.max_file_bytes and kept:
+        label, _ = kept.pop(0 if drop_oldest else -1)
+        b.drop(label, f"{name} over evidence.max_file_bytes {b.limits.max_file_bytes}")
+        data = documents.dump_json([entry for _, entry in kept])
     return data
+
+
+def _learnings_file(b: _Builder, learnings: Iterable[dict[str, Any]]) -> bytes:
+    entries = ((f"learning at line {item.get('line')}", redact_obj({k: item[k] for k in sorted(LEARNING_KEYS)},
+                                                                   b.secrets)) for item in learnings)
+    return _guarded_list(b, "learnings.json", entries, drop_oldest=True)
 
 
 def gate_summary(promotion: Mapping[str, Any] | None) -> list[str]:
@@ -297,21 +303,9 @@ def gate_summary(promotion: Mapping[str, Any] | None) -> list[str]:
     return [f"{d['candidate_arm']}: {d['decision']} — {'; '.join(d['reasons'][:3])}" for d in promotion["decisions"]]
 
 
-def _gate_file(b: _Builder, promotion: Mapping[str, Any] | None, limits: EvidenceParams) -> bytes:
-    kept = []
-    for line in gate_summary(promotion):
-        line = redact_text(line, b.secrets)
-        reason = b.guard.check_text(line)
-        if reason:
-            b.drop(f"gate summary of {line.split(':', 1)[0]}", f"withheld: {reason}")
-        else:
-            kept.append(line)
-    data = documents.dump_json(kept)
-    while len(data) > limits.max_file_bytes and kept:
-        gone = kept.pop()
-        b.drop(f"gate summary of {gone.split(':', 1)[0]}",
-               f"gate-summary.json over evidence.max_file_bytes {limits.max_file_bytes}")
-        data = documents.dump_json(kept)
-    return data
+def _gate_file(b: _Builder, promotion: Mapping[str, Any] | None) -> bytes:
+    lines = (redact_text(line, b.secrets) for line in gate_summary(promotion))
+    entries = ((f"gate summary of {line.split(':', 1)[0]}", line) for line in lines)
+    return _guarded_list(b, "gate-summary.json", entries, drop_oldest=False)
 
 
