@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 
 from benchmarks import bare
-from skillevo import config, models, sandbox, tasks, workspace
+from skillevo import config, layout, models, sandbox, tasks, workspace
 from skillevo.agent import cli
 from skillevo.bench.cell import CellSpec, run_cell
 from skillevo.bench.executor import LocalExecutor
@@ -61,7 +61,7 @@ def workspace_seconds(task: tasks.Task, skills: Path, scratch: Path, repeats: in
     """(one-time template build, median per-cell workspace phase)."""
     start = time.monotonic()
     workspace.export_tree(task, scratch / "tree")
-    workspace.build_template(scratch / "tree", skills, None, scratch / "template")
+    workspace.build_template(scratch / "tree", layout.read_family(skills), None, scratch / "template")
     template_s = time.monotonic() - start
     walls = []
     for i in range(repeats):

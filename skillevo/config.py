@@ -173,6 +173,18 @@ def section(cls: type[T], name: str, values: Mapping[str, Any], source: str) -> 
     return _typed(cls, filled)
 
 
+def _normalise_family(filled: dict[str, Any]) -> None:
+    """The one normal form of the family's directories (layout.repo_dir), in place, before anything uses them."""
+    family = filled.get("skills")
+    paths = family.get("paths") if isinstance(family, dict) else None
+    if not isinstance(paths, dict):
+        return  # validation names what is wrong
+    if isinstance(paths.get("skills"), str):
+        paths["skills"] = layout.repo_dir(paths["skills"])
+    if isinstance(paths.get("mirrors"), list):
+        paths["mirrors"] = [layout.repo_dir(m) if isinstance(m, str) else m for m in paths["mirrors"]]
+
+
 def parse(doc: Any, source: str = "params.yaml", *, today: date | None = None) -> Params:
     """Typed params from a parsed document; BadInput names `source`, the key path and the rule."""
     if doc is None:
@@ -181,11 +193,7 @@ def parse(doc: Any, source: str = "params.yaml", *, today: date | None = None) -
         raise BadInput(f"{source}: must be a mapping of sections (rule: params.yaml shape)")
     _check_plain(doc, source)
     filled = fill_defaults(doc, load_schema(SCHEMA))
-    paths = filled["skills"].get("paths") if isinstance(filled.get("skills"), dict) else None
-    if isinstance(paths, dict):  # the one normal form of the family's directories, before anything uses them
-        paths.update({k: (layout.repo_dir(v) if isinstance(v, str) else
-                          [layout.repo_dir(x) if isinstance(x, str) else x for x in v] if isinstance(v, list) else v)
-                      for k, v in paths.items()})
+    _normalise_family(filled)
     validate(filled, SCHEMA, source)
     paths = filled["skills"]["paths"]
     if paths["skills"] in paths["mirrors"]:
@@ -221,8 +229,8 @@ def load(path: str | Path = "params.yaml", *, today: date | None = None, skills:
     """
     doc = documents.load_yaml(path, what="params file", max_bytes=MAX_PARAMS_BYTES)
     if (skills is not None or mirrors is not None) and isinstance(doc, dict):
-        section = doc.setdefault("skills", {})
-        paths = section.setdefault("paths", {}) if isinstance(section, dict) else None
+        family = doc.setdefault("skills", {})
+        paths = family.setdefault("paths", {}) if isinstance(family, dict) else None
         if isinstance(paths, dict):
             paths.update({k: v for k, v in (("skills", skills), ("mirrors", mirrors)) if v is not None})
     return parse(doc, str(path), today=today)

@@ -17,7 +17,6 @@ import tarfile
 from collections.abc import Mapping
 from pathlib import Path
 
-from skillevo import layout, safefs
 from skillevo.errors import BadInput, BrokenEnvironment
 from skillevo.tasks import Task, archive, dir_entries
 
@@ -62,21 +61,22 @@ def _install(files: Mapping[str, bytes], root: Path) -> None:
         (root / rel).write_bytes(data)
 
 
-def build_template(tree: Path, skills_dir: Path, overlay_dir: Path | None, dest: Path) -> str:
-    """A ready repository at `dest`; returns the commit every cell starts from."""
+def build_template(tree: Path, family: Mapping[str, bytes], overlay: Mapping[str, bytes] | None, dest: Path) -> str:
+    """A ready repository at `dest`; returns the commit every cell starts from.
+
+    `family` and `overlay` are `<skill>/<path>` -> bytes, as the shared readers returned them (layout.read_family,
+    safefs.read_tree): the template never walks a tree someone else wrote.
+    """
     shutil.copytree(tree, dest)
-    _install(layout.read_family(skills_dir), dest / ".claude" / "skills")
+    _install(family, dest / ".claude" / "skills")
     git(dest, "init", "-q", "--template=", "-b", "main")
     git(dest, "add", "-A")
     git(dest, "commit", "-q", "--no-verify", "-m", "benchmark task snapshot")
-    if overlay_dir is not None:
-        _install(safefs.read_tree(overlay_dir, max_file_bytes=layout.MAX_SKILL_FILE_BYTES,
-                                  max_total_bytes=layout.MAX_FAMILY_BYTES, what="overlay file"),
-                 dest / ".claude" / "skills")
+    if overlay is not None:
+        _install(overlay, dest / ".claude" / "skills")
         git(dest, "add", "-A")
         if not git(dest, "status", "--porcelain"):
-            raise BadInput(f"{overlay_dir}: the candidate overlay is byte-identical to the incumbent skills "
-                           "(rule: a change is required)")
+            raise BadInput("the candidate overlay is byte-identical to the incumbent skills (rule: a change is required)")
         git(dest, "commit", "-q", "--no-verify", "-m", "benchmark candidate skill overlay")
     return git(dest, "rev-parse", "HEAD")
 

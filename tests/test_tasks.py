@@ -8,7 +8,7 @@ import subprocess
 import pytest
 import yaml
 
-from skillevo import arms, config, tasks, workspace
+from skillevo import arms, config, layout, tasks, workspace
 from skillevo.errors import BadInput
 from tests.bench_fixtures import ROOT, make_mini
 
@@ -80,7 +80,7 @@ def test_git_target_is_pinned_to_a_commit_and_exported_without_history(tmp_path)
     assert task.binding["target"] == {"kind": "git", "path": "targets/greet", "tree": head}
     workspace.export_tree(task, tmp_path / "tree")
     assert not (tmp_path / "tree/later.txt").exists() and (tmp_path / "tree/pkg/greet.py").is_file()
-    base = workspace.build_template(tmp_path / "tree", ROOT / "skills", None, tmp_path / "tpl")
+    base = workspace.build_template(tmp_path / "tree", layout.read_family(ROOT / "skills"), None, tmp_path / "tpl")
     log = workspace.git(tmp_path / "tpl", "log", "--format=%H %P")
     assert log == base  # one commit, with no parent (git() strips the trailing space of an empty %P)
     assert workspace.git(tmp_path / "tpl", "for-each-ref", "--format=%(refname)") == "refs/heads/main"
@@ -92,15 +92,13 @@ def test_candidate_template_commits_the_overlay_on_top_and_refuses_identical(tmp
     tree = tmp_path / "tree"
     (tree / "pkg").mkdir(parents=True)
     (tree / "pkg/a.py").write_text("x = 1\n")
-    overlay = tmp_path / "overlay/work"
-    overlay.mkdir(parents=True)
-    (overlay / "SKILL.md").write_text("---\nname: work\ndescription: d\n---\nshorter\n")
-    base = workspace.build_template(tree, ROOT / "skills", tmp_path / "overlay", tmp_path / "tpl")
+    family = layout.read_family(ROOT / "skills")
+    base = workspace.build_template(tree, family, {"work/SKILL.md": b"---\nname: work\ndescription: d\n---\nshorter\n"},
+                                    tmp_path / "tpl")
     assert workspace.git(tmp_path / "tpl", "rev-list", "--count", base) == "2"
     assert (tmp_path / "tpl/.claude/skills/work/SKILL.md").read_text().endswith("shorter\n")
-    (overlay / "SKILL.md").write_bytes((ROOT / "skills/work/SKILL.md").read_bytes())
     with pytest.raises(BadInput, match="byte-identical"):
-        workspace.build_template(tree, ROOT / "skills", tmp_path / "overlay", tmp_path / "tpl2")
+        workspace.build_template(tree, family, {"work/SKILL.md": family["work/SKILL.md"]}, tmp_path / "tpl2")
 
 
 def test_expensive_tasks_are_skipped_and_listed(tmp_path):

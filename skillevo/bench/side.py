@@ -42,8 +42,8 @@ MAX_OVERLAY_BYTES = 8 << 20
 class SidePlan:
     side: str
     tasks_file: Path
-    skills_dir: Path
-    overlay_dir: Path | None
+    family: dict[str, bytes]  # the incumbent skills, `<skill>/<path>` -> bytes
+    overlay: dict[str, bytes] | None  # the frozen overlay (candidate side)
     tasks: list[tasks_mod.Task]
     skipped: list[dict[str, str]]
     arms: list[arms_mod.Arm]
@@ -61,7 +61,7 @@ def plan(side: str, tasks_file: Path, skills_dir: Path, overlay_dir: Path | None
     arms_mod.check_skills(params.arms, layout.skill_names_in(family), params.source)
     expensive = params.bench.include_expensive if include_expensive is None else include_expensive
     chosen, skipped = tasks_mod.select(tasks_mod.load(tasks_file, target_roots=params.tasks.target_roots), expensive)
-    overlay_digest = None
+    overlay_digest, files = None, None
     if side == "incumbent":
         if overlay_dir is not None:
             raise BadInput("the incumbent side takes no overlay (rule: --overlay is for the candidate side)")
@@ -76,7 +76,7 @@ def plan(side: str, tasks_file: Path, skills_dir: Path, overlay_dir: Path | None
         if not arm_list:
             raise BadInput(f"{overlay_dir}: the overlay touches {sorted(touched)}, which no arm uses (rule: required arms)")
         overlay_digest = framed_digest(files.items())
-    return SidePlan(side, tasks_file, skills_dir, overlay_dir, chosen, skipped, arm_list, params.bench.runs,
+    return SidePlan(side, tasks_file, family, files, chosen, skipped, arm_list, params.bench.runs,
                     framed_digest(family.items()), overlay_digest)
 
 
@@ -135,8 +135,7 @@ def build_cells(p: SidePlan, bench: BenchParams, mdl: models.Model, scratch: Pat
             cand = arm.is_candidate
             if cand not in templates:
                 dest = scratch / "templates" / f"{task.id}-{'candidate' if cand else 'incumbent'}"
-                templates[cand] = (dest, workspace.build_template(tree, p.skills_dir, p.overlay_dir if cand else None,
-                                                                  dest))
+                templates[cand] = (dest, workspace.build_template(tree, p.family, p.overlay if cand else None, dest))
             template, base = templates[cand]
             cells += [CellSpec(task=task, arm=arm, run=run, side=p.side, template=template, base_commit=base,
                                skills_digest=p.skills_digest, overlay_digest=p.overlay_digest if cand else None,
