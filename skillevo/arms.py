@@ -19,6 +19,7 @@ from skillevo.layout import candidate_arm
 class Session:
     skill: str
     prompt: str  # template; {prompt} is the task's prompt
+    writes: tuple[str, ...] | None = None  # the only paths it may change (a plan session); None = any
 
 
 @dataclass(frozen=True)

@@ -19,6 +19,7 @@ from typing import Any, TypeVar
 from skillevo import documents, layout, models
 from skillevo.arms import Arm, Session
 from skillevo.errors import BadInput
+from skillevo.limits import Limits
 from skillevo.schemas import fill_defaults, load_schema, validate
 
 SCHEMA = "params"
@@ -83,6 +84,7 @@ class BenchParams:
     phase_timeout_s: float
     max_retries: int
     churn_exclude: tuple[str, ...]
+    limits: Limits
 
 
 @dataclass(frozen=True)
@@ -203,7 +205,8 @@ def parse(doc: Any, source: str = "params.yaml", *, today: date | None = None) -
     notes = [*models.check_id(filled["model"]["name"], f"{source}: model.name", today)]
     if filled["propose"]["model"] is not None:
         notes += models.check_id(filled["propose"]["model"], f"{source}: propose.model", today)
-    arms = {name: Arm(name, name, tuple(Session(s["skill"], s["prompt"]) for s in spec["sessions"]))
+    arms = {name: Arm(name, name, tuple(Session(s["skill"], s["prompt"], None if s["writes"] is None else
+                                                tuple(s["writes"])) for s in spec["sessions"]))
             for name, spec in sorted(filled["arms"].items())}
     skills = filled["skills"]
     return Params(
@@ -214,7 +217,7 @@ def parse(doc: Any, source: str = "params.yaml", *, today: date | None = None) -
         evidence=_typed(EvidenceParams, filled["evidence"]),
         propose=_typed(ProposeParams, filled["propose"]),
         arms=MappingProxyType(arms),
-        bench=_typed(BenchParams, filled["bench"]),
+        bench=_typed(BenchParams, {**filled["bench"], "limits": Limits(**filled["bench"]["limits"])}),
         gate=_typed(Policy, filled["gate"]),
         notes=tuple(notes),
     )

@@ -80,12 +80,17 @@ def fill_defaults(value: Any, schema: dict[str, Any], root: dict[str, Any] | Non
     if not isinstance(value, dict):
         return value
     out = dict(value)
-    for name, sub in schema.get("properties", {}).items():
+    properties = schema.get("properties", {})
+    for name, sub in properties.items():
         default = sub.get("default", _resolve(sub, root).get("default", _MISSING))
         if name not in out and default is not _MISSING:
             out[name] = copy.deepcopy(default)
         if name in out:
             out[name] = fill_defaults(out[name], sub, root)
+    other = schema.get("additionalProperties")
+    if isinstance(other, dict):  # a mapping of named entries (params arms): each entry gets its defaults
+        for name in out.keys() - properties.keys():
+            out[name] = fill_defaults(out[name], other, root)
     return out
 
 

@@ -11,6 +11,7 @@ directory or under a root that params.yaml `tasks.target_roots` names explicitly
 
 from __future__ import annotations
 
+import ast
 import io
 import os
 import subprocess
@@ -120,6 +121,30 @@ def _oracle_files(raw: dict, oracle_root: Path, source: Path) -> tuple[tuple[str
     return tuple(sorted(out))
 
 
+def oracle_tests(files: tuple[tuple[str, bytes], ...], task_id: str, source: Path) -> list[str]:
+    """The oracle's test ids as a JUnit report names them (`<dotted module>[.<Class>]::<test>`), read from the
+    bound files: the oracle's outcome is matched against these, never taken from an exit status alone."""
+    ids = []
+    for target, data in files:
+        if not target.endswith(".py"):
+            continue
+        module = target.removesuffix(".py").replace("/", ".")
+        try:
+            tree = ast.parse(data.decode("utf-8"), filename=target)
+        except (SyntaxError, UnicodeDecodeError, ValueError) as e:
+            raise _fail(task_id, "oracle.files", f"{target} is not Python source: {e} (rule: oracle tests)", source)
+        for node in tree.body:
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and node.name.startswith("test"):
+                ids.append(f"{module}::{node.name}")
+            elif isinstance(node, ast.ClassDef) and node.name.startswith("Test"):
+                ids += [f"{module}.{node.name}::{item.name}" for item in node.body
+                        if isinstance(item, ast.FunctionDef | ast.AsyncFunctionDef) and item.name.startswith("test")]
+    if not ids:
+        raise _fail(task_id, "oracle.files", "no test function (test_*) in any .py oracle file: the oracle's outcome is "
+                                             "matched against its tests (rule: oracle tests)", source)
+    return sorted(set(ids))
+
+
 def load(path: str | Path, *, target_roots: Iterable[str | Path] = ()) -> list[Task]:
     """Every task of a tasks file, validated (defaults from its schema) and bound."""
     source = Path(path)
@@ -145,6 +170,7 @@ def load(path: str | Path, *, target_roots: Iterable[str | Path] = ()) -> list[T
             "verify_sha256": sha256_text(raw["verify"]),
             "oracle_command_sha256": sha256_text(raw["oracle"]["command"]),
             "oracle_files": [{"target": t, "sha256": sha256_bytes(d), "size": len(d)} for t, d in oracle],
+            "oracle_tests": oracle_tests(oracle, raw["id"], source),
         }
         tasks.append(Task(id=raw["id"], cls=raw["class"], prompt=raw["prompt"], setup=raw.get("setup"),
                           verify=raw["verify"], oracle_command=raw["oracle"]["command"], oracle_files=oracle,

@@ -9,11 +9,13 @@ import json
 from pathlib import Path
 from typing import Any
 
+from skillevo.limits import Limits
 from skillevo.results import EXCLUDED_ERROR_KINDS, Side
 
 INCUMBENT, CANDIDATE = "workflow", "candidate_workflow"
 OVERLAY = "a" * 64
 MODEL = {"backend": "simulator", "name": "skillevo-sim-1", "base_url": None, "simulated": True}
+LIMITS = Limits(processes=256, memory_mb=4096, cpu_s=3600, disk_mb=1024, tmp_mb=512, file_mb=256).enforced()
 DESTINATIONS = {"skills/work/SKILL.md": "b" * 64, ".claude/skills/work/SKILL.md": "b" * 64}
 
 
@@ -29,6 +31,7 @@ def binding(task: str, cls: str = "trivial") -> dict[str, Any]:
         "verify_sha256": "e" * 64,
         "oracle_command_sha256": "f" * 64,
         "oracle_files": [{"target": "tests/test_oracle.py", "sha256": "0" * 64, "size": 120}],
+        "oracle_tests": ["tests.test_oracle::test_hidden"],
     }
 
 
@@ -79,7 +82,7 @@ def row(
         "transcripts": [],
         "patch": None,
         "phases": {
-            "workspace_s": 0.1, "setup_s": 0.0, "sessions_s": [10.0], "verify_s": 1.0, "oracle_s": 1.0, "churn_s": 0.1,
+            "workspace_s": 0.1, "setup_s": 0.0, "sessions_s": [10.0], "verify_s": 1.0, "churn_s": 0.1,
         },
         "model": MODEL["name"],
         "served_models": [MODEL["name"]],
@@ -115,6 +118,7 @@ def bench(side: str, tasks: dict[str, str], *, arms: tuple[str, ...] = (INCUMBEN
         "overlay_digest": None if side == "incumbent" else OVERLAY,
         "skills_digest": "2" * 64,
         "served_models": [MODEL["name"]],
+        "limits": LIMITS,
         "cells": 3 * len(tasks) * len(names),
         "rows": 3 * len(tasks) * len(names),
         **fields,

@@ -19,6 +19,7 @@ PACKAGES = ("skillevo", "stages")
 DATA = {
     "skillevo/schemas.py": {"schemas"},  # every schema is in the registry (schemas refer to each other)
     "skillevo/sandbox/__init__.py": {"skillevo/sandbox/launch.sh"},
+    "skillevo/bench/checks.py": {"skillevo/bench/pyboot/sitecustomize.py", "skillevo/bench/pyboot/pytest.ini"},
 }
 
 
@@ -73,10 +74,11 @@ def closure(script: str) -> set[str]:
 
 
 def _expand(dep: str) -> set[str]:
-    """A dependency as the code files it stands for (a directory: every file in it that counts as code)."""
+    """A dependency as the files it stands for (a package directory: every file in it but bytecode)."""
     path = ROOT / dep
     if path.is_dir() and dep.split("/")[0] in PACKAGES:
-        return {p.relative_to(ROOT).as_posix() for p in path.rglob("*") if p.suffix in (".py", ".sh")}
+        return {p.relative_to(ROOT).as_posix() for p in path.rglob("*")
+                if p.is_file() and "__pycache__" not in p.parts and p.suffix != ".pyc"}
     return {dep}
 
 

@@ -261,9 +261,9 @@ def test_guard_ignores_short_lines_and_can_exempt_visible_lines():
 def test_guard_from_a_tasks_file(tmp_path: Path):
     tasks_file = tasks_fixture(tmp_path)
     g = OracleGuard.for_tasks(tasks_mod.load(tasks_file), exempt_visible=False)
-    assert g.check_text(ORACLE_LINE) and g.check_text("visible line shared by target and oracle file!") is not None
+    assert g.check_text(ORACLE_LINE) and g.check_text("# visible line shared by target and oracle file!") is not None
     g = OracleGuard.for_tasks(tasks_mod.load(tasks_file))
-    assert g.check_text(ORACLE_LINE) and g.check_text("visible line shared by target and oracle file!") is None
+    assert g.check_text(ORACLE_LINE) and g.check_text("# visible line shared by target and oracle file!") is None
 
 
 def test_a_transcript_that_does_not_match_its_row_is_refused(tmp_path: Path):
@@ -526,9 +526,9 @@ def tasks_fixture(root: Path) -> Path:
     tasks = root / "tasks"
     target = tasks / "targets" / "demo"
     target.mkdir(parents=True)
-    (target / "demo.py").write_text("visible line shared by target and oracle file!\n")
+    (target / "demo.py").write_text("# visible line shared by target and oracle file!\n")
     (tasks / "oracles" / "t1").mkdir(parents=True)
-    shared = b"visible line shared by target and oracle file!\n"
+    shared = b"# visible line shared by target and oracle file!\n"
     (tasks / "oracles" / "t1" / "test_oracle.py").write_bytes(ORACLE + shared)
     (tasks / "tasks.yaml").write_text(
         "schema_version: 1\ntasks:\n  - id: t1\n    class: trivial\n    target: targets/demo\n"

@@ -23,6 +23,7 @@ RELAY_PORT = 8787  # inside the sandbox's private network namespace, so it never
 DEFAULT_TOOLS = ("Skill", "Read", "Edit", "Write", "Bash", "Glob", "Grep")
 MAX_TRANSCRIPT_BYTES = 8 << 20
 TAIL = 2000
+STALL_S = 120.0  # a request the endpoint left unanswered this long makes a timeout the API's fault
 
 
 @dataclass(frozen=True)
@@ -43,6 +44,7 @@ class SessionSpec:
     max_retries: int = 2
     effort: str | None = None
     cancel: threading.Event | None = None
+    limits: sandbox.Limits | None = None  # the cell's limits; None for the proposer
 
 
 def _env(spec: SessionSpec) -> dict[str, str]:
@@ -83,17 +85,24 @@ def run_session(spec: SessionSpec) -> dict[str, Any]:
                    if (spec.workspace / rel).exists()]
         mounts += list(spec.mounts)
         box = SandboxSpec(workspace=spec.workspace, private=private / "box", env=_env(spec), mounts=tuple(mounts),
-                          relay_socket_dir=private / "relay")
+                          relay_socket_dir=private / "relay", limits=spec.limits)
         argv = [LAUNCHER_DST] + cli.argv(model=spec.model, tools=spec.tools, max_turns=spec.max_turns, effort=spec.effort)
-        with sandbox.Relay(spec.endpoint, spec.api_key, private / "relay", timeout_s=spec.timeout_s):
+        with sandbox.Relay(spec.endpoint, spec.api_key, private / "relay", timeout_s=spec.timeout_s) as relay:
             finished = sandbox.run(box, argv, stdin=spec.prompt.encode(), timeout_s=spec.timeout_s,
                                    max_stdout=MAX_TRANSCRIPT_BYTES, cancel=spec.cancel)
+            stalled_s = relay.stalled_s()
     record.update(process_state=finished.state, returncode=finished.returncode, wall_s=round(finished.wall_s, 3),
                   stderr_tail=redact_text(finished.stderr_tail.decode(errors="replace")[-TAIL:], secrets))
     if finished.state == "spawn-failure":
         return _failure("infra-error", f"could not start the sandbox: {record['stderr_tail']}", record)
-    if finished.state in ("timeout", "cancelled"):
-        return _failure("session-error", f"session {finished.state} after {finished.wall_s:.0f}s", record)
+    if finished.state == "cancelled":
+        return _failure("cancelled", f"session cancelled after {finished.wall_s:.0f}s", record)
+    if finished.state == "timeout" and stalled_s >= min(STALL_S, spec.timeout_s / 2):
+        return _failure("session-error", f"session timed out after {finished.wall_s:.0f}s while the model endpoint "
+                                         f"had not answered for {stalled_s:.0f}s (the API stalled)", record)
+    if finished.state in ("timeout", "limit"):  # the agent's own doing: a measured failure
+        what = finished.limit or f"the session ran out of its {spec.timeout_s:.0f}s"
+        return _failure("cell-limit", f"session stopped: {what}", record)
     if finished.stdout_truncated:
         return _failure("evidence-unverified", f"stream exceeded {MAX_TRANSCRIPT_BYTES} bytes", record)
     try:

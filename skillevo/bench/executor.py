@@ -2,9 +2,10 @@
 
     executor.run(cells, on_result, cancel)
 
-`on_result(cell, result)` is called in the driver's thread-safe context once per finished cell; a
-cancelled cell produces no call. Implementations must never lose a cell silently: a cell whose worker
-died becomes an infra-error row.
+`on_result(cell, result)` is called in the driver's thread-safe context once per cell that ran: finished, or
+stopped by the cancellation while it ran (a `cancelled` row, excluded); a cell still queued at the
+cancellation produces no call. Implementations must never lose a cell silently: a cell whose worker died
+becomes an infra-error row.
 """
 
 from __future__ import annotations
@@ -37,14 +38,12 @@ class LocalExecutor:
             while pending:
                 done, _ = wait(pending, timeout=0.2, return_when=FIRST_COMPLETED)
                 for future in done:
-                    cell = pending.pop(future)
-                    result = future.result()
-                    if result is not None and not cancel.is_set():
-                        on_result(cell, result)
+                    on_result(pending.pop(future), future.result())
                 if cancel.is_set():
-                    for future in pending:
-                        future.cancel()
-                    wait(pending)
+                    started = {f: c for f, c in pending.items() if not f.cancel()}  # queued ones never start
+                    wait(started)
+                    for future, cell in started.items():
+                        on_result(cell, future.result())
                     return
         finally:
             pool.shutdown(wait=True, cancel_futures=True)

@@ -99,7 +99,8 @@ def _api_key(spec: CellSpec) -> str | None:
 def skillevo_cell(spec: CellSpec, stop_file: str) -> CellResult | None:
     """The Ray task: one cell, run in a thread and stopped the way a local cell stops (sandboxes torn
     down, scratch removed) once the driver creates `stop_file` in the shared scratch directory, or on
-    Ray's own cancellation (a KeyboardInterrupt here). A stopped cell returns None."""
+    Ray's own cancellation (a KeyboardInterrupt here). A cell stopped before it started returns None; one stopped
+    while it ran returns its `cancelled` row."""
     stop = Path(stop_file)
     if stop.exists():
         return None
@@ -127,8 +128,6 @@ def skillevo_cell(spec: CellSpec, stop_file: str) -> CellResult | None:
     if "error" in outcome:
         raise outcome["error"]
     result = outcome["result"]
-    if result is None:  # only a stopped cell has none
-        return None
     size = sum(len(data) for data in result.artifacts.values())
     if size > MAX_RESULT_BYTES:
         return infra_error(spec, f"the cell's artifacts are {size} bytes, over the {MAX_RESULT_BYTES} a Ray "
@@ -270,16 +269,17 @@ class RayExecutor:
             return infra_error(cell, f"the Ray worker running this cell was lost on all {self.max_retries + 1} "
                                      f"tries ({type(e).__name__}): {detail}")
 
-    def _stop(self, ray: Any, pending: dict[Any, CellSpec], run_id: str, *, force: bool) -> None:
+    def _stop(self, ray: Any, pending: dict[Any, CellSpec], run_id: str, *, force: bool) -> dict[Any, CellSpec]:
         """Stop outstanding cells through a file in their scratch directory: queued ones return at once,
         running ones stop as a cancelled local cell does. (Not ray.cancel: in Ray 2.60 a cancel that
-        meets a task's completion can abort the driver, task_manager.cc "task that was not pending".)"""
+        meets a task's completion can abort the driver, task_manager.cc "task that was not pending".) Returns the
+        cells that ended within the grace period."""
         stop_files = {Path(self._stop_file(cell, run_id)) for cell in pending.values()}
         for stop_file in stop_files:
             with contextlib.suppress(OSError):
                 stop_file.touch()
         try:
-            _, stuck = ray.wait(list(pending), num_returns=len(pending), timeout=CANCEL_GRACE_S)
+            ready, stuck = ray.wait(list(pending), num_returns=len(pending), timeout=CANCEL_GRACE_S)
             if force:  # a connection made before the bench: its job goes on, so end the stragglers here
                 for ref in stuck:
                     ray.cancel(ref, force=True)
@@ -287,6 +287,7 @@ class RayExecutor:
             for stop_file in stop_files:
                 with contextlib.suppress(OSError):
                     stop_file.unlink()
+        return {ref: pending[ref] for ref in ready}
 
     def run(self, cells: Sequence[CellSpec], on_result: OnResult, cancel: threading.Event) -> None:
         try:
@@ -310,18 +311,28 @@ class RayExecutor:
                 for ref in ready:
                     cell = pending.pop(ref)
                     result = self._collect(ray, ref, cell)
-                    if result is not None and not cancel.is_set():
+                    if result is not None:
                         on_result(cell, result)
         finally:
-            if pending:
-                self._stop(ray, pending, run_id, force=not owned)
-            if owned:
-                ray.shutdown()  # ends whatever is left of the job; stops a local instance (even half-started)
-                for name, value in env.items():  # what connecting set for this run only
-                    if value is None:
-                        os.environ.pop(name, None)
-                    else:
-                        os.environ[name] = value
+            try:
+                if pending:
+                    for ref, cell in self._stop(ray, pending, run_id, force=not owned).items():
+                        with contextlib.suppress(RayExecutorError):  # the run is ending for a reason already
+                            result = self._collect(ray, ref, cell)
+                            if result is not None:  # it ran until the stop: its cancelled row is kept
+                                on_result(cell, result)
+            finally:
+                self._release(ray, owned, env)
+
+    @staticmethod
+    def _release(ray: Any, owned: bool, env: dict[str, str | None]) -> None:
+        if owned:
+            ray.shutdown()  # ends whatever is left of the job; stops a local instance (even half-started)
+            for name, value in env.items():  # what connecting set for this run only
+                if value is None:
+                    os.environ.pop(name, None)
+                else:
+                    os.environ[name] = value
 
 
 def main(argv: list[str] | None = None) -> int:

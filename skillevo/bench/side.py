@@ -30,7 +30,7 @@ from skillevo.bench.executor import Executor, LocalExecutor
 from skillevo.bench.report import write_report
 from skillevo.config import BenchParams, Params
 from skillevo.digests import canonical_json, framed_digest
-from skillevo.errors import BadInput, Interrupted
+from skillevo.errors import BadInput, BrokenEnvironment, Interrupted
 from skillevo.results import SIDES, served_models
 from skillevo.schemas import validate
 from skillevo.simulator import Simulator, load_dir
@@ -140,9 +140,20 @@ def build_cells(p: SidePlan, bench: BenchParams, mdl: models.Model, scratch: Pat
             cells += [CellSpec(task=task, arm=arm, run=run, side=p.side, template=template, base_commit=base,
                                skills_digest=p.skills_digest, overlay_digest=p.overlay_digest if cand else None,
                                model=mdl, scratch=scratch, churn_exclude=bench.churn_exclude,
-                               phase_timeout_s=bench.phase_timeout_s, max_retries=bench.max_retries)
+                               phase_timeout_s=bench.phase_timeout_s, max_retries=bench.max_retries,
+                               limits=bench.limits)
                       for run in range(1, p.runs + 1)]
     return cells
+
+
+def _check_headroom(scratch: Path, bench: BenchParams) -> None:
+    """Every cell running at once may grow its workspace to its quota without filling the disk for another."""
+    st = os.statvfs(scratch)
+    need = bench.workers * (bench.limits.disk_mb << 20) + (256 << 20)
+    if st.f_bavail * st.f_frsize < need:
+        raise BrokenEnvironment(f"{scratch}: {st.f_bavail * st.f_frsize >> 20} MB free, but {bench.workers} cells at "
+                                f"once may each grow by bench.limits.disk_mb {bench.limits.disk_mb} MB (need {need >> 20}"
+                                " MB); free space, lower bench.workers or disk_mb, or set TMPDIR (rule: disk headroom)")
 
 
 def _executor(params: Params, api_key: str | None) -> Executor:
@@ -162,6 +173,7 @@ def run_side(p: SidePlan, params: Params, out: Path, *, executor: Executor | Non
     cli.locate()
     with ExitStack() as stack:
         scratch = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="skillevo-bench-", dir=scratch_root)))
+        _check_headroom(scratch, params.bench)
         sim_url = None
         if params.model.simulated:
             sim_url = stack.enter_context(Simulator(load_dir(p.tasks_file.parent / "playbooks"))).url()
@@ -185,7 +197,8 @@ def run_side(p: SidePlan, params: Params, out: Path, *, executor: Executor | Non
         "schema_version": 1, "side": p.side, "model": models.binding(params.model), "effort": mdl.effort,
         "runs": p.runs, "arms": [a.describe() for a in p.arms], "task_bindings": [t.binding for t in p.tasks],
         "skipped_tasks": p.skipped, "overlay_digest": p.overlay_digest, "skills_digest": p.skills_digest,
-        "served_models": served_models(rows), "cells": len(cells), "rows": len(rows),
+        "served_models": served_models(rows), "limits": params.bench.limits.enforced(), "cells": len(cells),
+        "rows": len(rows),
     }
     validate(provenance, "bench-run", out / "bench.json")
     safefs.write_atomic(out / "bench.json", documents.dump_json(provenance))

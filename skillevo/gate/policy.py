@@ -26,7 +26,7 @@ MAIN_LOOP_ONLY_WARNING = (
     "flatters subagent-heavy candidates; cost_usd is the only reported figure that includes subagents"
 )
 # A run that never invoked its skill says the skill text failed, whatever the oracle made of the rest.
-SKILL_ATTRIBUTABLE_ERROR_KINDS = frozenset({"skill-not-invoked"})
+SKILL_ATTRIBUTABLE_ERROR_KINDS = frozenset({"skill-not-invoked", "phase-violation"})
 
 Aggregates = Mapping[tuple[str, str], Mapping[str, Any]]
 

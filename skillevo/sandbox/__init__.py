@@ -17,6 +17,7 @@ import threading
 from pathlib import Path
 
 from skillevo.errors import BrokenEnvironment
+from skillevo.limits import Limits
 from skillevo.sandbox import process
 from skillevo.sandbox.bwrap import (
     HOME,
@@ -29,12 +30,13 @@ from skillevo.sandbox.bwrap import (
 )
 from skillevo.sandbox.process import Finished
 from skillevo.sandbox.relay import PLACEHOLDER_KEY, Relay
+from skillevo.sandbox.watch import Watch
 
 LAUNCHER = Path(__file__).resolve().parent / "launch.sh"
 LAUNCHER_DST = "/opt/skillevo/launch.sh"
 
-__all__ = ["HOME", "LAUNCHER", "LAUNCHER_DST", "PLACEHOLDER_KEY", "RELAY_DIR", "WORKDIR", "Finished", "Mount",
-           "Relay", "SandboxSpec", "SandboxUnavailable", "base_env", "command", "preflight", "run"]
+__all__ = ["HOME", "LAUNCHER", "LAUNCHER_DST", "PLACEHOLDER_KEY", "RELAY_DIR", "WORKDIR", "Finished", "Limits",
+           "Mount", "Relay", "SandboxSpec", "SandboxUnavailable", "base_env", "command", "preflight", "run"]
 
 
 class SandboxUnavailable(BrokenEnvironment):
@@ -49,6 +51,9 @@ def preflight() -> None:
     if shutil.which("socat") is None:
         raise SandboxUnavailable("socat is not installed (the model relay and Claude's inner sandbox need it): "
                                  "run `make setup` as root, or `sudo apt-get install -y socat`")
+    if shutil.which("prlimit") is None:
+        raise SandboxUnavailable("prlimit (util-linux) is not installed (per-cell limits need it): run `make setup` as "
+                                 "root, or `sudo apt-get install -y util-linux`")
     with tempfile.TemporaryDirectory(prefix="skillevo-preflight-") as tmp:
         ws, private = Path(tmp, "ws"), Path(tmp, "private")
         ws.mkdir()
@@ -72,6 +77,7 @@ class _Namespace:
     def __init__(self, read_fd: int) -> None:
         self._file = os.fdopen(read_fd, "rb")
         self._pidfd: int | None = None
+        self.pid: int | None = None
         self._known = threading.Event()
         threading.Thread(target=self._read, daemon=True).start()
 
@@ -83,6 +89,7 @@ class _Namespace:
                 except ValueError:
                     continue
                 if isinstance(pid, int) and self._pidfd is None:
+                    self.pid = pid
                     try:
                         self._pidfd = os.pidfd_open(pid)
                     except OSError:
@@ -104,11 +111,16 @@ class _Namespace:
 
 
 def run(spec: SandboxSpec, argv: list[str], *, stdin: bytes = b"", timeout_s: float, **kwargs) -> Finished:
+    """Run `argv` contained; with spec.limits, a crossed limit stops the whole sandbox (state "limit")."""
     read_fd, write_fd = os.pipe()
     namespace = _Namespace(read_fd)
+    watch = None
+    if spec.limits is not None:
+        workspace = spec.workspace if spec.workspace_writable else None
+        watch = Watch(spec.limits, lambda: namespace.pid, workspace).exceeded
     try:
         return process.run(command(spec, argv, status_fd=write_fd), stdin=stdin, timeout_s=timeout_s,
-                           pass_fds=(write_fd,), **kwargs)
+                           pass_fds=(write_fd,), watch=watch, **kwargs)
     finally:
         namespace.kill()
 

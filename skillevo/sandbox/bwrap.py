@@ -12,6 +12,8 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from skillevo.limits import Limits
+
 WORKDIR = "/work"
 HOME = "/home/agent"
 RELAY_DIR = "/run/skillevo"
@@ -39,6 +41,7 @@ class SandboxSpec:
     mounts: tuple[Mount, ...] = ()  # applied in order, after the workspace (so they may over-mount it)
     workspace_writable: bool = True
     relay_socket_dir: Path | None = None
+    limits: Limits | None = None  # None: no per-cell limits (the preflight, the proposer)
 
 
 def base_env() -> dict[str, str]:
@@ -97,10 +100,13 @@ def command(spec: SandboxSpec, argv: list[str], status_fd: int | None = None) ->
     for path in _ETC_FILES:
         args += ["--ro-bind-try", path, path]
     args += _identity_files(spec.private)
-    args += ["--proc", "/proc", "--dev", "/dev",
-             "--bind", str(spec.private / "tmp"), "/tmp",
-             "--bind", str(spec.private / "home"), HOME,
-             "--bind" if spec.workspace_writable else "--ro-bind", str(spec.workspace), WORKDIR]
+    args += ["--proc", "/proc", "--dev", "/dev"]
+    if spec.limits is None:
+        args += ["--bind", str(spec.private / "tmp"), "/tmp", "--bind", str(spec.private / "home"), HOME]
+    else:  # sized tmpfs mounts: a flood of /tmp or HOME fills this sandbox's memory quota, not the host's disk
+        size = str(spec.limits.tmp_mb << 20)
+        args += ["--size", size, "--perms", "1777", "--tmpfs", "/tmp", "--size", size, "--perms", "0700", "--tmpfs", HOME]
+    args += ["--bind" if spec.workspace_writable else "--ro-bind", str(spec.workspace), WORKDIR]
     if spec.relay_socket_dir is not None:
         args += ["--bind", str(spec.relay_socket_dir), RELAY_DIR]
     for m in spec.mounts:
@@ -110,4 +116,5 @@ def command(spec: SandboxSpec, argv: list[str], status_fd: int | None = None) ->
     if status_fd is not None:
         args += ["--json-status-fd", str(status_fd)]
     args += ["--chdir", WORKDIR, "--"]
-    return args + list(argv)
+    prefix = spec.limits.prlimit() if spec.limits is not None else []
+    return prefix + args + list(argv)

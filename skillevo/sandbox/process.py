@@ -12,6 +12,7 @@ import signal
 import subprocess
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 GRACE_S = 2.0
@@ -19,12 +20,13 @@ GRACE_S = 2.0
 
 @dataclass(frozen=True)
 class Finished:
-    state: str  # exited | timeout | cancelled | spawn-failure
+    state: str  # exited | timeout | cancelled | limit | spawn-failure
     returncode: int | None
     stdout: bytes
     stdout_truncated: bool
     stderr_tail: bytes
     wall_s: float
+    limit: str | None = None  # which limit stopped it (state "limit")
 
 
 class _Capture(threading.Thread):
@@ -73,9 +75,10 @@ def _kill_group(proc: subprocess.Popen) -> None:
 
 def run(argv: list[str], *, stdin: bytes = b"", timeout_s: float, max_stdout: int = 8 << 20,
         stderr_tail: int = 64 << 10, env: dict[str, str] | None = None, cwd: str | None = None,
-        cancel: threading.Event | None = None, pass_fds: tuple[int, ...] = ()) -> Finished:
-    """Run `argv` to completion, timeout or cancellation. The fds in `pass_fds` are handed to the child
-    and closed here once it has started."""
+        cancel: threading.Event | None = None, pass_fds: tuple[int, ...] = (),
+        watch: Callable[[], str | None] | None = None) -> Finished:
+    """Run `argv` to completion, timeout, cancellation or a crossed limit (`watch` names it). The fds in
+    `pass_fds` are handed to the child and closed here once it has started."""
     start = time.monotonic()
     try:
         proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
@@ -95,7 +98,7 @@ def run(argv: list[str], *, stdin: bytes = b"", timeout_s: float, max_stdout: in
         proc.stdin.close()
     except BrokenPipeError:
         pass
-    state = "exited"
+    state, limit = "exited", None
     deadline = start + timeout_s
     try:
         while proc.poll() is None:
@@ -104,6 +107,9 @@ def run(argv: list[str], *, stdin: bytes = b"", timeout_s: float, max_stdout: in
                 break
             if time.monotonic() >= deadline:
                 state = "timeout"
+                break
+            if watch is not None and (limit := watch()) is not None:
+                state = "limit"
                 break
             try:
                 proc.wait(0.05)
@@ -120,4 +126,5 @@ def run(argv: list[str], *, stdin: bytes = b"", timeout_s: float, max_stdout: in
                 pass
     out.join(5)
     err.join(5)
-    return Finished(state, proc.returncode, bytes(out.data), out.truncated, bytes(err.data), time.monotonic() - start)
+    return Finished(state, proc.returncode, bytes(out.data), out.truncated, bytes(err.data), time.monotonic() - start,
+                    limit)

@@ -12,6 +12,7 @@ import http.client
 import os
 import socketserver
 import threading
+import time
 from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -49,6 +50,8 @@ class Relay:
         self.socket_path = Path(socket_dir) / "relay.sock"
         self.requests = 0
         self._server: _Server | None = None
+        self._lock = threading.Lock()
+        self._pending: dict[int, float] = {}  # request number -> when it was sent upstream
 
     def __enter__(self) -> "Relay":
         self.socket_path.parent.mkdir(parents=True, exist_ok=True)
@@ -66,6 +69,23 @@ class Relay:
             self._server.shutdown()
             self._server.server_close()
         self.socket_path.unlink(missing_ok=True)
+
+    def stalled_s(self) -> float:
+        """How long the oldest request still waiting for the model endpoint has waited (0 when none is):
+        a session that ran out of time while the endpoint did not answer was stopped by the API, not itself."""
+        with self._lock:
+            oldest = min(self._pending.values(), default=None)
+        return 0.0 if oldest is None else time.monotonic() - oldest
+
+    def _begin(self) -> int:
+        with self._lock:
+            self.requests += 1
+            self._pending[self.requests] = time.monotonic()
+            return self.requests
+
+    def _end(self, number: int) -> None:
+        with self._lock:
+            self._pending.pop(number, None)
 
     def connection(self) -> http.client.HTTPConnection:
         cls = http.client.HTTPSConnection if self.scheme == "https" else http.client.HTTPConnection
@@ -109,7 +129,7 @@ class _Handler(BaseHTTPRequestHandler):
                 headers["authorization"] = f"Bearer {relay.api_key}"
             else:
                 headers["x-api-key"] = relay.api_key
-        relay.requests += 1
+        number = relay._begin()
         path = relay.prefix + parts.path + (f"?{parts.query}" if parts.query else "")
         conn = relay.connection()
         try:
@@ -117,6 +137,7 @@ class _Handler(BaseHTTPRequestHandler):
             upstream = conn.getresponse()
         except OSError as e:
             conn.close()
+            relay._end(number)
             return self._refuse(502, f"model endpoint unreachable: {type(e).__name__}")
         try:
             self.send_response(upstream.status)
@@ -131,5 +152,6 @@ class _Handler(BaseHTTPRequestHandler):
         except OSError:
             pass  # either side went away; the CLI sees a broken stream and reports it
         finally:
+            relay._end(number)
             conn.close()
             self.close_connection = True

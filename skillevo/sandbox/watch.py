@@ -1,0 +1,115 @@
+"""The watchdog that enforces per-cell limits (skillevo.limits) wherever skillevo runs: as root or not, with or without cgroups.
+
+cgroups are not available to a rootless container without delegation, and RLIMIT_NPROC counts every process of
+the user across all cells, so the limits a cell shares with nobody are enforced here:
+
+- kernel limits, inherited by every process in the sandbox: RLIMIT_FSIZE (one file) and RLIMIT_CPU (one
+  process), set by `prlimit` before bwrap starts; /tmp and HOME are tmpfs mounts of a fixed size (bwrap --size);
+- a watchdog over the sandbox's own PID namespace and its workspace, polled while it runs: processes, private
+  memory, CPU time of the whole tree, and the workspace's growth on disk. The first limit crossed stops the
+  whole sandbox and is reported, so the cell is a measured failure of its own making, never a neighbour's.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from skillevo.limits import Limits
+
+_PAGE = os.sysconf("SC_PAGE_SIZE")
+_TICK = os.sysconf("SC_CLK_TCK")
+PROC_POLL_S = 0.1
+DISK_POLL_S = 0.25
+
+
+def _pid_namespace(pid: int) -> str | None:
+    try:
+        return os.readlink(f"/proc/{pid}/ns/pid")
+    except OSError:
+        return None
+
+
+def _members(namespace: str) -> list[int]:
+    pids = []
+    for entry in os.scandir("/proc"):
+        if entry.name.isdigit() and _pid_namespace(int(entry.name)) == namespace:
+            pids.append(int(entry.name))
+    return pids
+
+
+def _usage(pid: int) -> tuple[int, float] | None:
+    """(private resident bytes, CPU seconds of the process and its reaped children)."""
+    try:
+        with open(f"/proc/{pid}/statm", "rb") as f:
+            fields = f.read().split()
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read().rsplit(b")", 1)[1].split()
+    except OSError:
+        return None  # it exited between the scan and the read
+    private = (int(fields[1]) - int(fields[2])) * _PAGE
+    ticks = sum(int(stat[i]) for i in (11, 12, 13, 14))  # utime stime cutime cstime
+    return private, ticks / _TICK
+
+
+def _allocated(root: Path) -> int:
+    total, stack = 0, [str(root)]
+    while stack:
+        try:
+            with os.scandir(stack.pop()) as entries:
+                for entry in entries:
+                    st = entry.stat(follow_symlinks=False)
+                    total += st.st_blocks * 512
+                    if entry.is_dir(follow_symlinks=False):
+                        stack.append(entry.path)
+        except OSError:
+            continue  # a directory that went away while we looked
+    return total
+
+
+class Watch:
+    """Which limit the sandbox crossed first, if any; `init` is the PID of its namespace's first process."""
+
+    def __init__(self, limits: Limits, init: Callable[[], int | None], workspace: Path | None) -> None:
+        self.limits, self._init, self.workspace = limits, init, workspace
+        self._namespace: str | None = None
+        self._baseline = _allocated(workspace) if workspace is not None else 0
+        self._next_proc = self._next_disk = 0.0
+        self.crossed: str | None = None
+
+    def exceeded(self) -> str | None:
+        if self.crossed is None:
+            now = time.monotonic()
+            if now >= self._next_proc:
+                self._next_proc = now + PROC_POLL_S
+                self.crossed = self._check_processes()
+            if self.crossed is None and self.workspace is not None and now >= self._next_disk:
+                self._next_disk = now + DISK_POLL_S
+                grown = _allocated(self.workspace) - self._baseline
+                if grown > self.limits.disk_mb << 20:
+                    self.crossed = (f"disk: the workspace grew by {grown >> 20} MB, over bench.limits.disk_mb "
+                                    f"{self.limits.disk_mb}")
+        return self.crossed
+
+    def _check_processes(self) -> str | None:
+        if self._namespace is None:
+            pid = self._init()
+            self._namespace = _pid_namespace(pid) if pid else None
+            if self._namespace is None:
+                return None
+        pids = _members(self._namespace)
+        if len(pids) > self.limits.processes:
+            return f"processes: {len(pids)} alive, over bench.limits.processes {self.limits.processes}"
+        memory = cpu = 0.0
+        for pid in pids:
+            usage = _usage(pid)
+            if usage is not None:
+                memory += usage[0]
+                cpu += usage[1]
+        if memory > self.limits.memory_mb << 20:
+            return f"memory: {int(memory) >> 20} MB private, over bench.limits.memory_mb {self.limits.memory_mb}"
+        if cpu > self.limits.cpu_s:
+            return f"cpu: {cpu:.0f} s, over bench.limits.cpu_s {self.limits.cpu_s}"
+        return None
