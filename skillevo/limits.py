@@ -22,7 +22,7 @@ class Limits:
 
     def enforced(self) -> dict[str, dict[str, object]]:
         """What bench.json states: every limit, its value and the mechanism that enforces it."""
-        watch = "watchdog over the sandbox's PID namespace"
+        watch = "watchdog over the sandbox's process tree"
         return {
             "processes": {"value": self.processes, "mechanism": watch},
             "memory_mb": {"value": self.memory_mb, "mechanism": f"{watch} (private resident memory)"},

@@ -11,7 +11,8 @@ from __future__ import annotations
 import statistics
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -51,6 +52,15 @@ class Side:
     directory: Path
     bench: dict[str, Any]
     rows: tuple[dict[str, Any], ...]
+    digests: dict[str, str] = field(default_factory=dict)  # results.jsonl and bench.json sha256, as read
+
+    @property
+    def oldest_recorded_at(self) -> str | None:
+        return min((row["recorded_at"] for row in self.rows), default=None, key=_moment)
+
+
+def _moment(text: str) -> datetime:
+    return datetime.fromisoformat(text)
 
 
 def is_excluded(row: Mapping[str, Any]) -> bool:
@@ -115,10 +125,60 @@ def read_rows(directory: Path, side: str | None = None) -> tuple[list[tuple[str,
     return rows, sha256_bytes(data)
 
 
+def _result_events(data: bytes, where: str) -> dict[str, Any]:
+    """The one `result` event of a stored transcript (the CLI's own account of the session)."""
+    found = []
+    for number, line in enumerate(data.split(b"\n"), start=1):
+        if line.strip():
+            event = documents.parse_json(line, f"{where}:{number}")
+            if isinstance(event, dict) and event.get("type") == "result":
+                found.append(event)
+    if len(found) != 1 or not isinstance(found[0].get("usage"), dict):
+        raise BadInput(f"{where}: a transcript holds exactly one result event with usage (found {len(found)}) "
+                       "(rule: transcript)")
+    return found[0]
+
+
+def transcript_totals(row: Mapping[str, Any], directory: Path) -> dict[str, Any]:
+    """A row's cost, tokens, turns and duration as its sha256-bound transcripts say them, summed as the bench
+    sums them; cost is unmeasured (None) when a session that ran left no transcript or reported no cost."""
+    totals: dict[str, Any] = {field: 0 for field in (*TOKEN_FIELDS, "num_turns")}
+    duration, costs = 0.0, []
+    for meta in row["transcripts"]:
+        result = _result_events(read_artifact(meta, directory), f"{directory}/{meta['path']}")
+        if result.get("session_id") not in row["session_ids"]:
+            raise BadInput(f"{directory}/{meta['path']}: its session is not one of its row's session_ids "
+                           "(rule: transcript)")
+        for field in TOKEN_FIELDS:
+            totals[field] += result["usage"].get(field, 0)
+        totals["num_turns"] += result.get("num_turns", 0)
+        duration = round(duration + round(result.get("duration_ms", 0) / 1000, 3), 3)
+        cost = result.get("total_cost_usd")
+        costs.append(cost if isinstance(cost, int | float) and not isinstance(cost, bool) and cost >= 0 else None)
+    ran = len(row["phases"]["sessions_s"])
+    totals["duration_s"] = duration
+    totals["cost_usd"] = None if len(costs) < ran or not costs or None in costs else round(sum(costs), 6)
+    return totals
+
+
+def check_transcripts(side: Side) -> None:
+    """Every row's cost, tokens, turns and duration must be what its transcripts say (BadInput naming the row
+    and the field): a row edited after the bench, say every candidate cost set to 0.01, is refused."""
+    for row in side.rows:
+        where = f"{side.directory / RESULTS_FILE}: row {cell_name(row)}"
+        for field, value in transcript_totals(row, side.directory).items():
+            if row[field] != value:
+                raise BadInput(f"{where}: {field} is {row[field]!r} but its transcripts say {value!r} "
+                               "(rule: rows match their transcripts)")
+
+
 def load_side(directory: Path, side: str) -> Side:
-    """Read and check `<directory>/bench.json` and its rows for the named side, each row against bench.json."""
+    """Read and check `<directory>/bench.json` and its rows for the named side: each row against bench.json, and
+    each row's numbers against its sha256-bound transcripts (check_transcripts)."""
     bench_path = directory / BENCH_FILE
-    bench = validate(documents.load_json(bench_path, what="bench provenance"), "bench-run", bench_path)
+    bench_bytes = safefs.read_file(bench_path, max_bytes=documents.MAX_JSON_BYTES, what="bench provenance")
+    bench = validate(documents.parse_json(safefs.decode(bench_bytes, str(bench_path), "bench provenance"),
+                                          str(bench_path)), "bench-run", bench_path)
     if bench["side"] != side:
         raise BadInput(f"{bench_path}: $.side: is {bench['side']!r}, expected {side!r} (rule: side)")
     if (bench["overlay_digest"] is None) != (side == "incumbent"):
@@ -137,7 +197,7 @@ def load_side(directory: Path, side: str) -> Side:
             raise BadInput(f"{bench_path}: $.task_bindings[{i}]: task {binding['id']!r} is bound twice "
                            "(rule: unique tasks)")
         classes[binding["id"]] = binding["class"]
-    rows, _ = read_rows(directory, side)
+    rows, results_sha256 = read_rows(directory, side)
     for where, row in rows:
         problem = (
             f"arm {row['arm']!r} is not declared in {bench_path} (rule: declared arm)" if row["arm"] not in arms else
@@ -145,10 +205,15 @@ def load_side(directory: Path, side: str) -> Side:
             f"class {row['class']!r} differs from the binding's {classes[row['task']]!r} (rule: task class)"
             if row["class"] != classes[row["task"]] else
             f"overlay_digest differs from {bench_path} (rule: a row carries its side's overlay digest)"
-            if row["overlay_digest"] != bench["overlay_digest"] else None)
+            if row["overlay_digest"] != bench["overlay_digest"] else
+            f"skills_digest differs from {bench_path} (rule: a row carries its side's skills digest)"
+            if row["skills_digest"] != bench["skills_digest"] else None)
         if problem:
             raise BadInput(f"{where}: {problem}")
-    return Side(directory, bench, tuple(row for _, row in rows))
+    loaded = Side(directory, bench, tuple(row for _, row in rows),
+                  {"results_sha256": results_sha256, "bench_sha256": sha256_bytes(bench_bytes)})
+    check_transcripts(loaded)
+    return loaded
 
 
 def aggregate(

@@ -9,6 +9,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from skillevo.digests import canonical_json, sha256_bytes
 from skillevo.limits import Limits
 from skillevo.results import EXCLUDED_ERROR_KINDS, Side
 
@@ -93,7 +94,7 @@ def row(
         "task_binding_digest": "1" * 64,
         "skills_digest": "2" * 64,
         "overlay_digest": OVERLAY if candidate else None,
-        "recorded_at": "2025-01-01T00:00:00+00:00",
+        "recorded_at": "2025-03-01T12:00:00+00:00",  # when the gate decided (tests: NOW)
         **fields,
     }
 
@@ -141,20 +142,44 @@ def freeze(required: tuple[str, ...] = (CANDIDATE,), **fields: Any) -> dict[str,
 
 
 def sides(rows: list[dict[str, Any]], tasks: dict[str, str] | None = None) -> tuple[Side, Side]:
-    """Split rows into the two sides, as the bench would have written them."""
+    """Split rows into the two sides, as the bench would have written them (digests of what it would write)."""
     tasks = tasks or {r["task"]: r["class"] for r in rows}
     incumbent = [r for r in rows if not r["arm"].startswith("candidate_")]
     candidate = [r for r in rows if r["arm"].startswith("candidate_")]
-    return (
-        Side(Path("bench-incumbent"), bench("incumbent", tasks), tuple(incumbent)),
-        Side(Path("bench-candidate"), bench("candidate", tasks), tuple(candidate)),
-    )
+
+    def side(name: str, bench_json: dict[str, Any], side_rows: list[dict[str, Any]]) -> Side:
+        digests = {"results_sha256": sha256_bytes(b"".join(canonical_json(r) + b"\n" for r in side_rows)),
+                   "bench_sha256": sha256_bytes(canonical_json(bench_json))}
+        return Side(Path(f"bench-{name}"), bench_json, tuple(side_rows), digests)
+
+    return side("incumbent", bench("incumbent", tasks), incumbent), side("candidate", bench("candidate", tasks), candidate)
+
+
+def transcript(row: dict[str, Any]) -> bytes:
+    """A transcript whose result event says what the row says: what the bench would have stored."""
+    result = {"type": "result", "subtype": "success", "is_error": False, "session_id": row["session_ids"][0],
+              "num_turns": row["num_turns"], "duration_ms": round(row["duration_s"] * 1000),
+              "usage": {f: row[f] for f in ("input_tokens", "output_tokens", "cache_creation_input_tokens",
+                                            "cache_read_input_tokens")}}
+    if row["cost_usd"] is not None:
+        result["total_cost_usd"] = row["cost_usd"]
+    return canonical_json({"type": "system", "subtype": "init"}) + b"\n" + canonical_json(result) + b"\n"
 
 
 def write_side(directory: Path, bench_json: dict[str, Any], rows: list[dict[str, Any]]) -> Path:
+    """The side as the bench writes it: bench.json, results.jsonl, and each row's transcript, bound by sha256."""
     directory.mkdir(parents=True, exist_ok=True)
     (directory / "bench.json").write_text(json.dumps(bench_json, indent=2), encoding="utf-8")
-    (directory / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    bound = []
+    for r in rows:
+        if r.get("session_ids") and not r.get("transcripts") and "cost_usd" in r:
+            data = transcript(r)
+            name = f"transcripts/{r['task']}-{r['arm']}-run{r['run']}.jsonl"
+            (directory / "transcripts").mkdir(exist_ok=True)
+            (directory / name).write_bytes(data)
+            r = {**r, "transcripts": [{"path": name, "sha256": sha256_bytes(data), "bytes": len(data)}]}
+        bound.append(r)
+    (directory / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in bound), encoding="utf-8")
     return directory
 
 

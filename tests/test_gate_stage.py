@@ -194,6 +194,7 @@ def test_rows_are_split_at_newlines_only(tmp_path: Path, capsys):
     )
     args = setup_inputs(tmp_path, candidate_rows=rows)
     path = tmp_path / "cand" / "results.jsonl"
-    path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8")
+    written = [json.loads(line) for line in path.read_text(encoding="utf-8").split("\n") if line]
+    path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in written), encoding="utf-8")
     assert "\u2028" in path.read_text(encoding="utf-8")
     assert stage.main(args) == 0, capsys.readouterr().err

@@ -23,7 +23,7 @@ import yaml
 
 from tests.apply_fixtures import Pipeline, git, make_pipeline
 from tests.bench_fixtures import ROOT
-from tests.gate_rows import CANDIDATE, INCUMBENT, runs
+from tests.gate_rows import CANDIDATE, INCUMBENT, runs, write_side
 
 BAD_INPUT, ENVIRONMENT = 2, 69
 
@@ -95,9 +95,7 @@ class World:
                      "arms": [{"name": CANDIDATE, "incumbent_arm": INCUMBENT, "skills": ["work"]}]}
             rows = [{**r, "model": inc["model"]["name"], "served_models": inc["served_models"],
                      "overlay_digest": bench["overlay_digest"]} for r in self.candidate_rows()]
-            side.mkdir()
-            (side / "bench.json").write_text(json.dumps(bench))
-            (side / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+            write_side(side, bench, rows)
         return side
 
     def candidate_rows(self) -> list[dict]:

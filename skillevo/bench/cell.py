@@ -123,18 +123,21 @@ class _Timer:
 
 
 def _add_session(row: dict[str, Any], artifacts: dict[str, bytes], rec: dict[str, Any], tdir: Path) -> None:
+    """Add what a session measured, and only what its stored transcript can prove (results.check_transcripts
+    recomputes these totals from the transcripts): a session without one adds nothing but its failure."""
+    if rec["session_id"]:
+        row["session_ids"].append(rec["session_id"])
+    if not rec["transcript"]:
+        return
     for f in USAGE_FIELDS + ("num_turns",):
         row[f] += rec[f]
     row["duration_s"] = round(row["duration_s"] + rec["duration_s"], 3)
     for tool, n in rec["tool_uses"].items():
         row["tool_uses"][tool] = row["tool_uses"].get(tool, 0) + n
-    if rec["session_id"]:
-        row["session_ids"].append(rec["session_id"])
     row["served_models"] = sorted({*row["served_models"], *rec["served_models"]})
-    if rec["transcript"]:
-        meta = rec["transcript"]
-        artifacts[f"transcripts/{meta['path']}"] = (tdir / meta["path"]).read_bytes()
-        row["transcripts"].append({**meta, "path": f"transcripts/{meta['path']}"})
+    meta = rec["transcript"]
+    artifacts[f"transcripts/{meta['path']}"] = (tdir / meta["path"]).read_bytes()
+    row["transcripts"].append({**meta, "path": f"transcripts/{meta['path']}"})
 
 
 def _sessions(spec: CellSpec, ws: Path, row: dict, artifacts: dict, api_key: str | None,
@@ -155,7 +158,7 @@ def _sessions(spec: CellSpec, ws: Path, row: dict, artifacts: dict, api_key: str
                     transcript_dir=Path(tdir), transcript_name=f"{spec.name}-s{i + 1}-{session.skill}",
                     timeout_s=spec.task.timeout_s, max_retries=spec.max_retries, effort=spec.model.effort,
                     cancel=cancel, limits=spec.limits))
-            costs.append(rec["cost_usd"])
+            costs.append(rec["cost_usd"] if rec["transcript"] else None)
             _add_session(row, artifacts, rec, Path(tdir))
             invoked.append(rec["skill_invoked"])
             row["skill_invoked"] = False if False in invoked else None if None in invoked else True
@@ -218,7 +221,7 @@ def run_cell(spec: CellSpec, *, api_key: str | None = None, cancel: threading.Ev
                       f"{setup.stderr_tail.decode(errors='replace')}")
         if row["error_kind"] is None:
             _sessions(spec, ws, row, artifacts, api_key, cancel)
-        if row["session_ids"] and row["error_kind"] != "cancelled":
+        if row["phases"]["sessions_s"] and row["error_kind"] != "cancelled":  # whatever the sessions left
             with _Timer(row, "churn_s"):
                 stats, patch = churn.measure(spec.template, ws, spec.churn_exclude)
             row.update(stats)
@@ -227,6 +230,7 @@ def run_cell(spec: CellSpec, *, api_key: str | None = None, cancel: threading.Ev
                 row["patch"] = {"path": f"patches/{spec.name}.patch", "sha256": sha256_bytes(patch), "bytes": len(patch)}
             elif row["ok"]:
                 _fail(row, "no-work", "every session finished, but the workspace is exactly as it started")
+                row["ok"] = True  # the sessions themselves did finish
             if row["ok"] or row["error_kind"] in ("no-work", "skill-not-invoked", "phase-violation"):
                 oracle_s = _checks(spec, ws, private, row, cancel)
         if cancel is not None and cancel.is_set():

@@ -16,7 +16,12 @@ from skillevo.config import Policy
 from skillevo.errors import BadInput
 from skillevo.gate.policy import PROMOTE, decide, decide_arm
 from skillevo.layout import incumbent_arm_of
-from skillevo.results import EXCLUDED_ERROR_KINDS, Side, aggregate, served_models
+from skillevo.results import (
+    EXCLUDED_ERROR_KINDS,
+    Side,
+    aggregate,
+    served_models,
+)
 from skillevo.schemas import first_error, schema_validator, validate
 
 SCHEMA_VERSION = 1
@@ -92,6 +97,9 @@ def build_promotion(
             f"{candidate.directory / 'bench.json'}: $.overlay_digest is not the frozen overlay's "
             f"{freeze['overlay_digest']} (rule: the candidate side ran the frozen overlay)"
         )
+    if candidate.bench["skills_digest"] != incumbent.bench["skills_digest"]:
+        raise BadInput(f"{candidate.directory / 'bench.json'}: $.skills_digest is not the incumbent side's: the "
+                       "candidate must run exactly the incumbent skills plus the frozen overlay (rule: one family)")
     incumbent_arms = {arm["name"] for arm in incumbent.bench["arms"]}
     candidate_arms = {arm["name"] for arm in candidate.bench["arms"]}
     if incumbent_arms & candidate_arms:
@@ -110,7 +118,8 @@ def build_promotion(
     promotion = {
         "schema_version": SCHEMA_VERSION,
         "generated_at": generated.isoformat(),
-        "evidence_expires_at": (generated + timedelta(days=policy.max_age_days)).isoformat(),
+        "evidence_expires_at": expiry(incumbent, candidate, policy).isoformat(),
+        "evidence": {"incumbent": dict(incumbent.digests), "candidate": dict(candidate.digests)},
         **bindings,
         "decisions": decisions,
     }
@@ -118,6 +127,15 @@ def build_promotion(
     if error:
         raise BadInput(f"the promotion these inputs make does not match its schema: {error}")
     return promotion
+
+
+def expiry(incumbent: Side, candidate: Side, policy: Policy) -> datetime:
+    """When the evidence stops counting: max_age_days after its oldest row was recorded (a reused row ages)."""
+    oldest = min((side.oldest_recorded_at for side in (incumbent, candidate) if side.rows),
+                 key=datetime.fromisoformat, default=None)
+    if oldest is None:
+        raise BadInput("no row on either side: there is no evidence to decide on (rule: evidence)")
+    return (datetime.fromisoformat(oldest) + timedelta(days=policy.max_age_days)).astimezone(timezone.utc)
 
 
 def write_promotion(promotion: Mapping[str, Any], path: Path) -> None:
@@ -173,13 +191,9 @@ def _check_timestamps(promotion: Mapping[str, Any], now: datetime) -> None:
     expires = _parse_time(promotion, "evidence_expires_at")
     if generated > now + CLOCK_SKEW:
         raise PromotionRefused(f"generated_at: {promotion['generated_at']} is in the future")
-    lifetime = expires - generated
-    max_age = timedelta(days=promotion["policy"]["max_age_days"])
-    if not timedelta(0) < lifetime <= max_age:
-        raise PromotionRefused(
-            f"evidence_expires_at: {promotion['evidence_expires_at']} must be after generated_at and at most "
-            f"{max_age.days} days after it"
-        )
+    if expires > generated + timedelta(days=promotion["policy"]["max_age_days"]):
+        raise PromotionRefused(f"evidence_expires_at: {promotion['evidence_expires_at']} is more than max_age_days "
+                               "after the promotion was made")
     if now > expires:
         raise PromotionRefused(f"evidence_expires_at: the evidence expired at {promotion['evidence_expires_at']}")
 

@@ -5,7 +5,7 @@ the user across all cells, so the limits a cell shares with nobody are enforced 
 
 - kernel limits, inherited by every process in the sandbox: RLIMIT_FSIZE (one file) and RLIMIT_CPU (one
   process), set by `prlimit` before bwrap starts; /tmp and HOME are tmpfs mounts of a fixed size (bwrap --size);
-- a watchdog over the sandbox's own PID namespace and its workspace, polled while it runs: processes, private
+- a watchdog over the sandbox's process tree and its workspace, polled while it runs: processes, private
   memory, CPU time of the whole tree, and the workspace's growth on disk. The first limit crossed stops the
   whole sandbox and is reported, so the cell is a measured failure of its own making, never a neighbour's.
 """
@@ -25,19 +25,26 @@ PROC_POLL_S = 0.1
 DISK_POLL_S = 0.25
 
 
-def _pid_namespace(pid: int) -> str | None:
-    try:
-        return os.readlink(f"/proc/{pid}/ns/pid")
-    except OSError:
-        return None
-
-
-def _members(namespace: str) -> list[int]:
-    pids = []
+def _tree(root: int) -> list[int]:
+    """`root` and every process it started, theirs, and so on, as the host sees them: processes in nested PID
+    namespaces (the CLI's own sandbox for tool calls) are counted too, and an orphan is reparented to the
+    sandbox's init, so nothing leaves the tree while the sandbox lives."""
+    children: dict[int, list[int]] = {}
     for entry in os.scandir("/proc"):
-        if entry.name.isdigit() and _pid_namespace(int(entry.name)) == namespace:
-            pids.append(int(entry.name))
-    return pids
+        if not entry.name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry.name}/stat", "rb") as f:
+                ppid = int(f.read().rsplit(b")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            continue
+        children.setdefault(ppid, []).append(int(entry.name))
+    found, todo = [], [root]
+    while todo:
+        pid = todo.pop()
+        found.append(pid)
+        todo += children.get(pid, [])
+    return found
 
 
 def _usage(pid: int) -> tuple[int, float] | None:
@@ -74,7 +81,6 @@ class Watch:
 
     def __init__(self, limits: Limits, init: Callable[[], int | None], workspace: Path | None) -> None:
         self.limits, self._init, self.workspace = limits, init, workspace
-        self._namespace: str | None = None
         self._baseline = _allocated(workspace) if workspace is not None else 0
         self._next_proc = self._next_disk = 0.0
         self.crossed: str | None = None
@@ -94,12 +100,10 @@ class Watch:
         return self.crossed
 
     def _check_processes(self) -> str | None:
-        if self._namespace is None:
-            pid = self._init()
-            self._namespace = _pid_namespace(pid) if pid else None
-            if self._namespace is None:
-                return None
-        pids = _members(self._namespace)
+        init = self._init()
+        if init is None:
+            return None
+        pids = _tree(init)
         if len(pids) > self.limits.processes:
             return f"processes: {len(pids)} alive, over bench.limits.processes {self.limits.processes}"
         memory = cpu = 0.0
