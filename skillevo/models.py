@@ -16,7 +16,13 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from skillevo.errors import BadInput, BrokenEnvironment
-from skillevo.pins import CLAUDE_CODE_VERSION, FLOATING_ALIASES, MODEL_IDS
+from skillevo.pins import (
+    CLAUDE_CODE_VERSION,
+    FLOATING_ALIASES,
+    MODEL_IDS,
+    MODEL_PRICES,
+    PRICE_TIERS,
+)
 
 ANTHROPIC_URL = "https://api.anthropic.com"
 API_KEY_ENV = "ANTHROPIC_API_KEY"
@@ -27,6 +33,19 @@ def is_floating(name: str) -> bool:
     """An alias (`sonnet`, `default`, `...-latest`) the CLI resolves to whatever is newest: not a pinned id."""
     base = name.strip().lower().removesuffix("[1m]")
     return not base or base in FLOATING_ALIASES or base.endswith(("latest", "auto"))
+
+
+def price(usage: dict[str, int], model: str) -> float | None:
+    """What `usage` costs on `model` at the pinned CLI's prices (None for a model outside its catalog): the cost
+    of a session stopped before the CLI could report one, from the tokens the relay counted."""
+    base = model.strip().lower().removesuffix("[1m]")
+    short = base if base in MODEL_PRICES else _SNAPSHOT_OF.get(base)
+    if short not in MODEL_PRICES:
+        return None
+    inp, out, write, read = PRICE_TIERS[MODEL_PRICES[short]]
+    total = (usage.get("input_tokens", 0) * inp + usage.get("output_tokens", 0) * out
+             + usage.get("cache_creation_input_tokens", 0) * write + usage.get("cache_read_input_tokens", 0) * read)
+    return round(total / 1e6, 6)
 
 
 def check_id(name: str, where: str, today: date) -> list[str]:

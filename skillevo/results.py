@@ -11,7 +11,8 @@ from __future__ import annotations
 import statistics
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from dataclasses import field as dataclass_field
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -52,7 +53,7 @@ class Side:
     directory: Path
     bench: dict[str, Any]
     rows: tuple[dict[str, Any], ...]
-    digests: dict[str, str] = field(default_factory=dict)  # results.jsonl and bench.json sha256, as read
+    digests: dict[str, str] = dataclass_field(default_factory=dict)  # results.jsonl and bench.json sha256, as read
 
     @property
     def oldest_recorded_at(self) -> str | None:
@@ -125,17 +126,21 @@ def read_rows(directory: Path, side: str | None = None) -> tuple[list[tuple[str,
     return rows, sha256_bytes(data)
 
 
+STOPPED = "skillevo_stopped"  # the harness's own account of a session it stopped (agent.session)
+
+
 def _result_events(data: bytes, where: str) -> dict[str, Any]:
-    """The one `result` event of a stored transcript (the CLI's own account of the session)."""
+    """The one account of a stored transcript's session: the CLI's `result` event, or the harness's
+    `skillevo_stopped` event for a session stopped before the CLI could report (the tokens the relay counted)."""
     found = []
     for number, line in enumerate(data.split(b"\n"), start=1):
         if line.strip():
             event = documents.parse_json(line, f"{where}:{number}")
-            if isinstance(event, dict) and event.get("type") == "result":
+            if isinstance(event, dict) and event.get("type") in ("result", STOPPED):
                 found.append(event)
     if len(found) != 1 or not isinstance(found[0].get("usage"), dict):
-        raise BadInput(f"{where}: a transcript holds exactly one result event with usage (found {len(found)}) "
-                       "(rule: transcript)")
+        raise BadInput(f"{where}: a transcript holds exactly one result (or skillevo_stopped) event with usage "
+                       f"(found {len(found)}) (rule: transcript)")
     return found[0]
 
 

@@ -17,6 +17,7 @@ import yaml
 from skillevo import config
 from skillevo.bench.side import plan, run_side
 from skillevo.evidence import make_bundle
+from skillevo.results import load_side
 from tests.bench_fixtures import make_mini, params_doc
 
 pytestmark = [pytest.mark.cli, pytest.mark.bwrap]
@@ -158,6 +159,8 @@ def test_floods_stop_only_their_own_cell_and_the_neighbour_is_measured_as_if_alo
         row = mixed[name]
         assert row["error_kind"] == "cell-limit" and what in row["error_detail"], (name, row["error_detail"])
         assert row["resolved"] is False
+        assert row["cost_usd"] > 0 and row["input_tokens"] > 0  # a stopped cell keeps the cost it ran up
+    assert len(load_side(tmp_path / "mixed/out", "incumbent").rows) == 4  # every row matches its transcript
     honest, reference = mixed["honest"], alone["honest"]
     assert honest["resolved"] is True and honest["error_kind"] is None
     for field in ("cost_usd", "input_tokens", "output_tokens", "num_turns", "diff_files", "diff_insertions"):

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from skillevo import models
 from skillevo.agent import SessionSpec, run_session
 from skillevo.results import read_artifact
 from skillevo.schemas import validate
@@ -41,6 +42,9 @@ def test_session_invokes_skill_edits_and_measures(book, workspace, tmp_path):
     assert record["cost_usd"] == result["total_cost_usd"] and record["cost_usd"] > 0
     assert record["input_tokens"] == result["usage"]["input_tokens"] > 0
     assert record["session_id"] == result["session_id"]
+    usage = {f: record[f] for f in ("input_tokens", "output_tokens", "cache_creation_input_tokens",
+                                    "cache_read_input_tokens")}
+    assert models.price(usage, record["model"]) == record["cost_usd"]  # the pinned price table is the CLI's own
     assert not session_processes()
 
 

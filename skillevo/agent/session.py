@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import tempfile
 import threading
+import uuid
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from skillevo import sandbox
+from skillevo import models, sandbox
 from skillevo.agent import cli, stream, transcript
 from skillevo.redact import redact_text
 from skillevo.sandbox import LAUNCHER, LAUNCHER_DST, Mount, SandboxSpec
@@ -68,6 +69,28 @@ def _failure(kind: str, detail: str, base: dict[str, Any]) -> dict[str, Any]:
     return {**base, "ok": False, "error_kind": kind, "error_detail": detail[-TAIL:]}
 
 
+def _stopped(spec: SessionSpec, record: dict[str, Any], finished: sandbox.Finished, usage: dict[str, int],
+             served: list[str], kind: str, detail: str, secrets: tuple[str, ...]) -> dict[str, Any]:
+    """A session stopped before the CLI could report: the events it did print, and a last `skillevo_stopped`
+    event with the tokens the relay counted and their cost at the pinned CLI's prices, stored as its transcript
+    (the gate recomputes the row from it, as from a result event)."""
+    events = stream.partial(finished.stdout)
+    session_id = next((e["session_id"] for e in events if isinstance(e.get("session_id"), str) and e["session_id"]),
+                      f"stopped-{uuid.uuid4().hex}")
+    cost = models.price(usage, served[0] if len(served) == 1 else spec.model)
+    turns = sum(1 for e in events if e["type"] == "assistant")
+    stop = {"type": stream.STOPPED, "subtype": kind, "reason": detail, "session_id": session_id, "usage": usage,
+            "num_turns": turns, "duration_ms": round(finished.wall_s * 1000), "total_cost_usd": cost}
+    record.update(cost_usd=cost, **usage, num_turns=turns, duration_s=round(round(finished.wall_s * 1000) / 1000, 3),
+                  session_id=session_id, served_models=served)
+    try:
+        record["transcript"] = transcript.write(transcript.render([*events, stop], secrets), spec.transcript_dir,
+                                                f"{spec.transcript_name}-{session_id}.jsonl")
+    except OSError as e:
+        return _failure("evidence-unverified", f"{detail}; could not store the transcript: {e}", record)
+    return _failure(kind, detail, record)
+
+
 def run_session(spec: SessionSpec) -> dict[str, Any]:
     """Run one session; return its record (see schemas/session-record.schema.json)."""
     binary = cli.locate()
@@ -90,19 +113,20 @@ def run_session(spec: SessionSpec) -> dict[str, Any]:
         with sandbox.Relay(spec.endpoint, spec.api_key, private / "relay", timeout_s=spec.timeout_s) as relay:
             finished = sandbox.run(box, argv, stdin=spec.prompt.encode(), timeout_s=spec.timeout_s,
                                    max_stdout=MAX_TRANSCRIPT_BYTES, cancel=spec.cancel)
-            stalled_s = relay.stalled_s()
+            stalled_s, usage, served = relay.stalled_s(), dict(relay.usage), sorted(relay.models)
     record.update(process_state=finished.state, returncode=finished.returncode, wall_s=round(finished.wall_s, 3),
                   stderr_tail=redact_text(finished.stderr_tail.decode(errors="replace")[-TAIL:], secrets))
     if finished.state == "spawn-failure":
         return _failure("infra-error", f"could not start the sandbox: {record['stderr_tail']}", record)
-    if finished.state == "cancelled":
-        return _failure("cancelled", f"session cancelled after {finished.wall_s:.0f}s", record)
     if finished.state == "timeout" and stalled_s >= min(STALL_S, spec.timeout_s / 2):
         return _failure("session-error", f"session timed out after {finished.wall_s:.0f}s while the model endpoint "
                                          f"had not answered for {stalled_s:.0f}s (the API stalled)", record)
-    if finished.state in ("timeout", "limit"):  # the agent's own doing: a measured failure
+    if finished.state in ("timeout", "limit", "cancelled"):  # stopped: what it spent is still measured
+        kind = "cancelled" if finished.state == "cancelled" else "cell-limit"  # a limit or timeout: its own doing
         what = finished.limit or f"the session ran out of its {spec.timeout_s:.0f}s"
-        return _failure("cell-limit", f"session stopped: {what}", record)
+        detail = f"session {finished.state} after {finished.wall_s:.0f}s" if kind == "cancelled" else \
+            f"session stopped: {what}"
+        return _stopped(spec, record, finished, usage, served, kind, detail, secrets)
     if finished.stdout_truncated:
         return _failure("evidence-unverified", f"stream exceeded {MAX_TRANSCRIPT_BYTES} bytes", record)
     try:

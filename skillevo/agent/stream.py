@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from skillevo.errors import BadInput
+from skillevo.results import STOPPED
 
 USAGE_FIELDS = ("input_tokens", "output_tokens", "cache_creation_input_tokens", "cache_read_input_tokens")
 SYNTHETIC_MODEL = "<synthetic>"  # messages the CLI writes itself (API errors, interruptions): no model served them
@@ -63,6 +64,20 @@ def _cost(value: Any) -> float | None:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
         return None
     return float(value)
+
+
+def partial(stdout: bytes) -> list[dict[str, Any]]:
+    """The well-formed events of a stream cut short (a stopped session): every line that is a JSON object with a
+    type, in order; the cut last line and anything else is dropped."""
+    events = []
+    for line in stdout.decode("utf-8", errors="replace").splitlines():
+        try:
+            event = json.loads(line, parse_constant=_reject_constant)
+        except (ValueError, StreamError):
+            continue
+        if isinstance(event, dict) and isinstance(event.get("type"), str) and event["type"] != STOPPED:
+            events.append(event)
+    return events
 
 
 def parse(stdout: bytes) -> Parsed:

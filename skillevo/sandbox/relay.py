@@ -9,6 +9,7 @@ therefore never exists inside the sandbox: not in an environment, a file, or /pr
 from __future__ import annotations
 
 import http.client
+import json
 import os
 import socketserver
 import threading
@@ -23,6 +24,70 @@ ALLOWED_PATHS = ("/v1/messages", "/v1/messages/count_tokens")
 PLACEHOLDER_KEY = "sk-skillevo-placeholder-not-a-key"
 _HOP_HEADERS = {"connection", "keep-alive", "proxy-connection", "transfer-encoding", "te", "upgrade", "host",
                 "content-length", "x-api-key", "authorization", "proxy-authorization"}
+
+
+USAGE_FIELDS = ("input_tokens", "output_tokens", "cache_creation_input_tokens", "cache_read_input_tokens")
+MAX_LINE = 1 << 20
+
+
+class _Meter:
+    """Counts the tokens of one Messages API response as it streams past (SSE or plain JSON): what a session
+    spent, even when it is stopped before the CLI can report it."""
+
+    def __init__(self, relay: Relay, streaming: bool) -> None:
+        self.relay, self.streaming = relay, streaming
+        self.buffer = bytearray()
+        self.usage = dict.fromkeys(USAGE_FIELDS, 0)
+
+    def feed(self, chunk: bytes) -> None:
+        self.buffer += chunk
+        if not self.streaming:
+            del self.buffer[MAX_LINE * 4:]
+            return
+        *lines, rest = self.buffer.split(b"\n")
+        self.buffer = bytearray(rest[:MAX_LINE])
+        for line in lines:
+            if line.startswith(b"data:") and len(line) <= MAX_LINE:
+                self._event(line[5:])
+
+    def _event(self, data: bytes) -> None:
+        try:
+            event = json.loads(data)
+        except ValueError:
+            return
+        if not isinstance(event, dict):
+            return
+        if event.get("type") == "message_start" and isinstance(event.get("message"), dict):
+            self._message(event["message"])
+        elif event.get("type") == "message_delta" and isinstance(event.get("usage"), dict):
+            self._count(event["usage"], only=("output_tokens",))  # cumulative for the message: the last one wins
+
+    def _message(self, message: dict) -> None:
+        if isinstance(message.get("model"), str):
+            self.relay.models.add(message["model"])
+        if isinstance(message.get("usage"), dict):
+            self._count(message["usage"])
+
+    def _count(self, usage: dict, only: tuple[str, ...] = USAGE_FIELDS) -> None:
+        for field in only:
+            value = usage.get(field)
+            if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+                self.usage[field] = value
+
+    def close(self) -> None:
+        if not self.streaming:
+            self._json()
+        with self.relay._lock:
+            for field, value in self.usage.items():
+                self.relay.usage[field] += value
+
+    def _json(self) -> None:
+        try:
+            message = json.loads(bytes(self.buffer))
+        except ValueError:
+            return
+        if isinstance(message, dict):
+            self._message(message)
 
 
 class _Server(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
@@ -52,6 +117,8 @@ class Relay:
         self._server: _Server | None = None
         self._lock = threading.Lock()
         self._pending: dict[int, float] = {}  # request number -> when it was sent upstream
+        self.usage = dict.fromkeys(USAGE_FIELDS, 0)  # what the endpoint billed this session, summed
+        self.models: set[str] = set()  # the model ids it said it served
 
     def __enter__(self) -> "Relay":
         self.socket_path.parent.mkdir(parents=True, exist_ok=True)
@@ -139,6 +206,8 @@ class _Handler(BaseHTTPRequestHandler):
             conn.close()
             relay._end(number)
             return self._refuse(502, f"model endpoint unreachable: {type(e).__name__}")
+        meter = _Meter(relay, "event-stream" in (upstream.getheader("content-type") or ""))
+        counting = parts.path == "/v1/messages" and upstream.status == 200
         try:
             self.send_response(upstream.status)
             for key, value in upstream.getheaders():
@@ -147,11 +216,15 @@ class _Handler(BaseHTTPRequestHandler):
             self.send_header("connection", "close")
             self.end_headers()
             while chunk := upstream.read1(65536):
+                if counting:
+                    meter.feed(chunk)
                 self.wfile.write(chunk)
                 self.wfile.flush()
         except OSError:
             pass  # either side went away; the CLI sees a broken stream and reports it
         finally:
+            if counting:
+                meter.close()
             relay._end(number)
             conn.close()
             self.close_connection = True
