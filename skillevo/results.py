@@ -20,6 +20,7 @@ from typing import Any
 from skillevo import documents, safefs
 from skillevo.digests import sha256_bytes
 from skillevo.errors import BadInput
+from skillevo.events import STOPPED, USAGE_FIELDS
 from skillevo.layout import candidate_arm
 from skillevo.schemas import load_schema, validate
 
@@ -28,9 +29,8 @@ _ROW_DEFS = load_schema("result-row")["$defs"]
 EXCLUDED_ERROR_KINDS = frozenset(_ROW_DEFS["excluded_error_kind"]["enum"])
 # Valid but unresolved measurements: they count, with the cost they ran up.
 MEASURED_ERROR_KINDS = frozenset(_ROW_DEFS["measured_error_kind"]["enum"])
-TOKEN_FIELDS = ("input_tokens", "output_tokens", "cache_creation_input_tokens", "cache_read_input_tokens")
 CHURN_FIELDS = ("diff_files", "diff_insertions", "diff_deletions")
-MEDIAN_FIELDS = ("cost_usd", *TOKEN_FIELDS, "num_turns", "duration_s", "wall_s", *CHURN_FIELDS)
+MEDIAN_FIELDS = ("cost_usd", *USAGE_FIELDS, "num_turns", "duration_s", "wall_s", *CHURN_FIELDS)
 SIDES = ("incumbent", "candidate")
 RESULTS_FILE = "results.jsonl"
 BENCH_FILE = "bench.json"
@@ -126,7 +126,6 @@ def read_rows(directory: Path, side: str | None = None) -> tuple[list[tuple[str,
     return rows, sha256_bytes(data)
 
 
-STOPPED = "skillevo_stopped"  # the harness's own account of a session it stopped (agent.session)
 
 
 def _result_events(data: bytes, where: str) -> dict[str, Any]:
@@ -147,14 +146,14 @@ def _result_events(data: bytes, where: str) -> dict[str, Any]:
 def transcript_totals(row: Mapping[str, Any], directory: Path) -> dict[str, Any]:
     """A row's cost, tokens, turns and duration as its sha256-bound transcripts say them, summed as the bench
     sums them; cost is unmeasured (None) when a session that ran left no transcript or reported no cost."""
-    totals: dict[str, Any] = {field: 0 for field in (*TOKEN_FIELDS, "num_turns")}
+    totals: dict[str, Any] = {field: 0 for field in (*USAGE_FIELDS, "num_turns")}
     duration, costs = 0.0, []
     for meta in row["transcripts"]:
         result = _result_events(read_artifact(meta, directory), f"{directory}/{meta['path']}")
         if result.get("session_id") not in row["session_ids"]:
             raise BadInput(f"{directory}/{meta['path']}: its session is not one of its row's session_ids "
                            "(rule: transcript)")
-        for field in TOKEN_FIELDS:
+        for field in USAGE_FIELDS:
             totals[field] += result["usage"].get(field, 0)
         totals["num_turns"] += result.get("num_turns", 0)
         duration = round(duration + round(result.get("duration_ms", 0) / 1000, 3), 3)

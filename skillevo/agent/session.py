@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from skillevo import models, sandbox
+from skillevo import events, models, sandbox
 from skillevo.agent import cli, stream, transcript
 from skillevo.redact import redact_text
 from skillevo.sandbox import LAUNCHER, LAUNCHER_DST, Mount, SandboxSpec
@@ -74,17 +74,17 @@ def _stopped(spec: SessionSpec, record: dict[str, Any], finished: sandbox.Finish
     """A session stopped before the CLI could report: the events it did print, and a last `skillevo_stopped`
     event with the tokens the relay counted and their cost at the pinned CLI's prices, stored as its transcript
     (the gate recomputes the row from it, as from a result event)."""
-    events = stream.partial(finished.stdout)
-    session_id = next((e["session_id"] for e in events if isinstance(e.get("session_id"), str) and e["session_id"]),
+    printed = stream.partial(finished.stdout)
+    session_id = next((e["session_id"] for e in printed if isinstance(e.get("session_id"), str) and e["session_id"]),
                       f"stopped-{uuid.uuid4().hex}")
     cost = models.price(usage, served[0] if len(served) == 1 else spec.model)
-    turns = sum(1 for e in events if e["type"] == "assistant")
-    stop = {"type": stream.STOPPED, "subtype": kind, "reason": detail, "session_id": session_id, "usage": usage,
+    turns = sum(1 for e in printed if e["type"] == "assistant")
+    stop = {"type": events.STOPPED, "subtype": kind, "reason": detail, "session_id": session_id, "usage": usage,
             "num_turns": turns, "duration_ms": round(finished.wall_s * 1000), "total_cost_usd": cost}
     record.update(cost_usd=cost, **usage, num_turns=turns, duration_s=round(round(finished.wall_s * 1000) / 1000, 3),
                   session_id=session_id, served_models=served)
     try:
-        record["transcript"] = transcript.write(transcript.render([*events, stop], secrets), spec.transcript_dir,
+        record["transcript"] = transcript.write(transcript.render([*printed, stop], secrets), spec.transcript_dir,
                                                 f"{spec.transcript_name}-{session_id}.jsonl")
     except OSError as e:
         return _failure("evidence-unverified", f"{detail}; could not store the transcript: {e}", record)

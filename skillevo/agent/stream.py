@@ -14,9 +14,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from skillevo.errors import BadInput
-from skillevo.results import STOPPED
+from skillevo.events import STOPPED, USAGE_FIELDS
 
-USAGE_FIELDS = ("input_tokens", "output_tokens", "cache_creation_input_tokens", "cache_read_input_tokens")
 SYNTHETIC_MODEL = "<synthetic>"  # messages the CLI writes itself (API errors, interruptions): no model served them
 _TOOL_ID = re.compile(r"^[A-Za-z0-9._:-]{1,256}$")
 

@@ -25,11 +25,11 @@ from typing import Any
 
 from skillevo import safefs, sandbox, workspace
 from skillevo.agent import SessionSpec, run_session
-from skillevo.agent.stream import USAGE_FIELDS
 from skillevo.arms import Arm
 from skillevo.bench import checks, churn
 from skillevo.digests import framed_digest, sha256_bytes
 from skillevo.errors import BadInput
+from skillevo.events import USAGE_FIELDS
 from skillevo.limits import Limits
 from skillevo.models import Model
 from skillevo.redact import redact_text

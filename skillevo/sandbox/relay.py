@@ -19,6 +19,7 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from skillevo.errors import BadInput
+from skillevo.events import USAGE_FIELDS
 
 ALLOWED_PATHS = ("/v1/messages", "/v1/messages/count_tokens")
 PLACEHOLDER_KEY = "sk-skillevo-placeholder-not-a-key"
@@ -26,7 +27,6 @@ _HOP_HEADERS = {"connection", "keep-alive", "proxy-connection", "transfer-encodi
                 "content-length", "x-api-key", "authorization", "proxy-authorization"}
 
 
-USAGE_FIELDS = ("input_tokens", "output_tokens", "cache_creation_input_tokens", "cache_read_input_tokens")
 MAX_LINE = 1 << 20
 
 
