@@ -1,6 +1,6 @@
 """Stage `apply` (`make apply`, never `dvc repro`): swap the promoted, frozen overlay into the skills and their
-mirrors as one transaction, after re-checking the promotion against the pipeline's outputs as they are now
-(no stage is re-run). It leaves a working-tree diff and never commits; `--revert` (`make revert`) undoes it.
+mirrors as one transaction, after checking each output it reads against dvc.lock and the promotion against the
+evidence as it is now (no stage is re-run). It leaves a diff, never commits; `--revert` (`make revert`) undoes it.
 """
 
 from __future__ import annotations
@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import functools
 import sys
+from dataclasses import fields
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -19,11 +20,13 @@ EPILOG = """\
 beside --receipt: receipt.json (what was replaced), originals/<sha256> (what --revert restores), and after an
 interruption recovery-<UTC>.json: rerun the same command and it restores from it first.
 exit status: 0 applied or reverted; 2 refused (nothing changed); 3 failed or interrupted, rolled back;
-4 rollback incomplete (rerun the same command); 69 broken environment; 130 interrupted.
+4 rollback incomplete (rerun the same command); 69 broken environment (say, no atomic swap); 130 interrupted.
 """
 OPTIONS = (("--promotion", layout.PROMOTION, "the gate's promotion.json"),
            ("--freeze", layout.FREEZE, "freeze directory (manifest.json and overlay/)"),
-           ("--incumbent-bench", layout.BENCH["incumbent"], "incumbent bench side directory (bench.json)"),
+           ("--incumbent-bench", layout.BENCH["incumbent"], "incumbent bench side directory"),
+           ("--candidate-bench", layout.BENCH["candidate"], "candidate bench side directory"),
+           ("--tasks", layout.TASKS_FILE, "tasks file the bench ran (its oracles and targets beside it)"),
            ("--params", layout.PARAMS, "params file"),
            ("--repo", Path("."), "repository root every destination path is relative to"),
            ("--receipt", layout.APPLY_RECEIPT, "receipt to write (or read with --revert)"))
@@ -47,7 +50,7 @@ def run(args: argparse.Namespace, fault: Fault | None = None) -> str:
         raise BadInput(f"--now {args.now!r}: {e}") from None
     if now.utcoffset() is None:
         raise BadInput(f"--now {args.now!r} needs a UTC offset")
-    paths = ApplyPaths(args.promotion, args.freeze, args.incumbent_bench, args.params, args.repo, args.receipt)
+    paths = ApplyPaths(**{f.name: getattr(args, f.name) for f in fields(ApplyPaths)})  # one option per field
     log = functools.partial(print, file=sys.stderr, flush=True)
     if args.revert:
         return revert(paths, now=now, fault=fault, log=log).summary()

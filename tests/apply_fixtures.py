@@ -1,9 +1,13 @@
 """A whole pipeline's outputs for apply, in a throwaway git repository, each made by its real producer: skills
-and a mirror committed, params.yaml, results/freeze from skillevo.freeze, the incumbent bench.json, and a
-promotion.json the real gate code built."""
+and a mirror committed, params.yaml, a real tasks directory (tests.bench_fixtures.make_mini), results/freeze
+from skillevo.freeze, both bench sides as the bench writes them (rows bound to the real tasks, a transcript per
+row), a promotion.json the real gate code built from those sides read back, and dvc.lock with DVC's cache
+recording every output, in DVC's on-disk format (`record`)."""
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import subprocess
 from dataclasses import dataclass
@@ -12,15 +16,15 @@ from pathlib import Path
 
 import yaml
 
-from skillevo import config
+from skillevo import config, tasks
 from skillevo.apply import ApplyPaths
 from skillevo.freeze import freeze
 from skillevo.gate import build_promotion, write_promotion
+from skillevo.results import load_side
 from tests.bench_fixtures import make_mini
-from tests.gate_rows import INCUMBENT, sides, write_side
-from tests.test_gate_promotion import promoting_rows
+from tests.gate_rows import CANDIDATE, INCUMBENT, bench, runs, write_side
 
-NOW = datetime(2025, 3, 1, 12, 0, tzinfo=timezone.utc)  # when the gate decided
+NOW = datetime(2025, 3, 1, 12, 0, tzinfo=timezone.utc)  # when the gate decided, and when every row was recorded
 APPLY_AT = NOW + timedelta(days=1)
 MODEL_NAME = "claude-sonnet-4-6"  # a pinned current id: params load without a warning
 MIRRORS = [".claude/skills"]
@@ -35,6 +39,19 @@ OVERLAY = {
 }
 DESTINATIONS = sorted(f"{root}/{rel}" for root in ROOTS for rel in OVERLAY)
 
+# Per-run cost of each task (make_mini's tasks) on each side.
+INCUMBENT_COSTS = {"greet": [1.0, 1.1, 0.9], "cheat": [2.0, 2.0, 2.0]}
+PROMOTING = {"greet": [0.8, 0.85, 0.9], "cheat": [1.9, 1.8, 2.0]}
+KEEPING = {"greet": [1.0, 1.1, 0.95], "cheat": [2.0, 2.0, 2.1]}  # no improvement: keep_incumbent
+
+# What each stage's dvc.lock entry records (directories through the cache's `.dir` listing).
+OUTPUTS = {
+    "bench@incumbent": "results/bench-incumbent",
+    "freeze": "results/freeze",
+    "bench@candidate": "results/bench-candidate",
+    "gate": "results/gate/promotion.json",
+}
+
 
 def git(repo: Path, *args: str) -> str:
     env = {**os.environ, "GIT_CONFIG_GLOBAL": os.devnull, "GIT_CONFIG_NOSYSTEM": "1"}
@@ -47,6 +64,40 @@ def skill_file(destination: str) -> str:
     """`<root>/<skill>/<rest>` -> `<skill>/<rest>`."""
     root = next(r for r in ROOTS if destination.startswith(r + "/"))
     return destination.removeprefix(root + "/")
+
+
+def _md5(data: bytes) -> str:
+    return hashlib.md5(data, usedforsecurity=False).hexdigest()
+
+
+def _out_entry(repo: Path, rel: str) -> dict:
+    """One `outs` entry as `dvc repro` writes it; a directory's listing goes to the cache as `<md5>.dir`."""
+    path = repo / rel
+    if not path.is_dir():
+        data = path.read_bytes()
+        return {"path": rel, "hash": "md5", "md5": _md5(data), "size": len(data)}
+    files = sorted(p for p in path.rglob("*") if p.is_file() and not p.is_symlink())
+    listing = [{"md5": _md5(p.read_bytes()), "relpath": p.relative_to(path).as_posix()} for p in files]
+    text = json.dumps(sorted(listing, key=lambda e: e["relpath"])).encode()
+    digest = _md5(text) + ".dir"
+    cached = repo / ".dvc/cache/files/md5" / digest[:2] / digest[2:]
+    cached.parent.mkdir(parents=True, exist_ok=True)
+    if cached.exists():
+        cached.chmod(0o644)
+    cached.write_bytes(text)
+    cached.chmod(0o444)
+    return {"path": rel, "hash": "md5", "md5": digest, "size": sum(p.stat().st_size for p in files),
+            "nfiles": len(files)}
+
+
+def record(pipe: Pipeline) -> None:
+    """Write dvc.lock and the DVC cache listings for every output as it is now, as if `dvc repro` had just
+    (re-)run each stage; an output that does not exist is left out."""
+    stages = {name: {"cmd": f"python -m stages.{name.split('@')[0]}",
+                     "outs": [_out_entry(pipe.repo, rel)]}
+              for name, rel in OUTPUTS.items() if os.path.lexists(pipe.repo / rel)}
+    (pipe.repo / "dvc.lock").write_text(yaml.safe_dump({"schema": "2.0", "stages": stages}, sort_keys=False),
+                                        encoding="utf-8")
 
 
 @dataclass
@@ -75,10 +126,15 @@ class Pipeline:
     def write_params(self, **changes) -> None:
         (self.repo / "params.yaml").write_text(yaml.safe_dump(params(**changes)), encoding="utf-8")
 
+    def record(self) -> None:
+        """Re-record every output in dvc.lock, as if its stage had been re-run to produce what is there now."""
+        record(self)
+
     def cli_args(self) -> list[str]:
         p = self.paths
         return ["--promotion", str(p.promotion), "--freeze", str(p.freeze), "--incumbent-bench",
-                str(p.incumbent_bench), "--params", str(p.params), "--repo", str(p.repo), "--receipt", str(p.receipt),
+                str(p.incumbent_bench), "--candidate-bench", str(p.candidate_bench), "--tasks", str(p.tasks),
+                "--params", str(p.params), "--repo", str(p.repo), "--receipt", str(p.receipt),
                 "--now", APPLY_AT.isoformat()]
 
 
@@ -95,16 +151,23 @@ def params(*, gate=None, mirrors=MIRRORS, model=None) -> dict:
     }
 
 
-def bench_sides(rows):
-    """The gate's two sides from these rows, benchmarked with MODEL_NAME (what params.yaml names)."""
-    incumbent, candidate = sides([{**r, "model": MODEL_NAME, "served_models": [MODEL_NAME]} for r in rows])
-    for side in (incumbent, candidate):
-        side.bench["model"]["name"] = MODEL_NAME
-        side.bench["served_models"] = [MODEL_NAME]
-    return incumbent, candidate
+def write_bench_sides(results: Path, tasks_file: Path, overlay_digest: str,
+                      candidate_costs: dict[str, list[float]]) -> None:
+    """Both sides for the real tasks, benchmarked with MODEL_NAME, as the bench writes them."""
+    bound = tasks.load(tasks_file)
+    classes = {task.id: task.cls for task in bound}
+    for side, arm, costs in (("incumbent", INCUMBENT, INCUMBENT_COSTS), ("candidate", CANDIDATE, candidate_costs)):
+        digest = overlay_digest if side == "candidate" else None
+        bench_json = bench(side, classes, task_bindings=[task.binding for task in bound], overlay_digest=digest,
+                           served_models=[MODEL_NAME])
+        bench_json["model"]["name"] = MODEL_NAME
+        rows = [r for task in bound for r in runs(
+            task.id, arm, costs[task.id], cls=task.cls, model=MODEL_NAME, served_models=[MODEL_NAME],
+            task_binding_digest=task.binding_digest, overlay_digest=digest, recorded_at=NOW.isoformat())]
+        write_side(results / f"bench-{side}", bench_json, rows)
 
 
-def make_pipeline(tmp_path: Path, *, rows=None) -> Pipeline:
+def make_pipeline(tmp_path: Path, *, candidate_costs: dict[str, list[float]] | None = None) -> Pipeline:
     repo = tmp_path / "repo"
     for root in ROOTS:
         for rel, data in ORIGINAL.items():
@@ -120,12 +183,13 @@ def make_pipeline(tmp_path: Path, *, rows=None) -> Pipeline:
     for rel, data in OVERLAY.items():
         (candidate_overlay / rel).parent.mkdir(parents=True, exist_ok=True)
         (candidate_overlay / rel).write_bytes(data)
-    manifest = freeze(candidate_overlay, params=config.load(repo / "params.yaml"),
-                      tasks_file=make_mini(tmp_path / "bench"), repo=repo, out=results / "freeze", session=None)
+    tasks_file = make_mini(tmp_path / "bench")
+    manifest = freeze(candidate_overlay, params=config.load(repo / "params.yaml"), tasks_file=tasks_file, repo=repo,
+                      out=results / "freeze", session=None)
 
-    incumbent, candidate = bench_sides(rows or promoting_rows())
-    candidate.bench["overlay_digest"] = manifest["overlay_digest"]
-    write_side(results / "bench-incumbent", incumbent.bench, list(incumbent.rows))
+    write_bench_sides(results, tasks_file, manifest["overlay_digest"], candidate_costs or PROMOTING)
+    incumbent = load_side(results / "bench-incumbent", "incumbent")
+    candidate = load_side(results / "bench-candidate", "candidate")
     promotion = build_promotion(incumbent, candidate, manifest, config.Policy.from_dict({}), now=NOW)
     write_promotion(promotion, results / "gate" / "promotion.json")
 
@@ -136,5 +200,9 @@ def make_pipeline(tmp_path: Path, *, rows=None) -> Pipeline:
         params=repo / "params.yaml",
         repo=repo,
         receipt=results / "apply" / "receipt.json",
+        candidate_bench=results / "bench-candidate",
+        tasks=tasks_file,
     )
-    return Pipeline(repo, paths, manifest, promotion)
+    pipe = Pipeline(repo, paths, manifest, promotion)
+    pipe.record()
+    return pipe

@@ -1,7 +1,9 @@
 """Apply: a promoted overlay lands on skills/ and every mirror as one transaction, or nothing changes.
 
 Refusals leave every file as it was; injected failures, signals and SIGKILL leave originals or a recovery
-record a rerun restores from; an edit racing the apply is never lost.
+record a rerun restores from; an edit racing the apply is never lost. Apply trusts nothing but the evidence
+anchored in dvc.lock: an output edited without re-recording it is refused by the anchor, and an edit someone
+did re-record (a forged row, a promotion rebuilt by hand, moved timestamps) by the evidence itself.
 """
 
 from __future__ import annotations
@@ -13,10 +15,11 @@ import shutil
 import signal
 import subprocess
 import sys
-from datetime import timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 
 import pytest
+import yaml
 
 from skillevo.apply import (
     ApplyRefused,
@@ -27,10 +30,13 @@ from skillevo.apply import (
 )
 from skillevo.apply import fs as apply_fs
 from skillevo.digests import sha256_bytes
+from skillevo.errors import BrokenEnvironment
+from skillevo.gate.promotion import recompute_decisions
 from stages import apply as stage
 from tests.apply_fixtures import (
     APPLY_AT,
     DESTINATIONS,
+    KEEPING,
     MODEL_NAME,
     NOW,
     ORIGINAL,
@@ -38,8 +44,6 @@ from tests.apply_fixtures import (
     git,
     make_pipeline,
 )
-from tests.gate_rows import CANDIDATE
-from tests.test_gate_promotion import promoting_rows
 
 ROOT = Path(__file__).resolve().parents[1]
 N = len(DESTINATIONS)
@@ -131,11 +135,7 @@ def test_a_receipt_apply_did_not_write_is_refused(pipe: Pipeline):
 
 
 def test_a_decision_that_is_not_promote_is_refused(tmp_path: Path):
-    rows = promoting_rows()
-    for r in rows:
-        if r["arm"] == CANDIDATE:
-            r["cost_usd"] = 1.0 if r["task"] != "t1" else 1.01
-    pipe = make_pipeline(tmp_path, rows=rows)
+    pipe = make_pipeline(tmp_path, candidate_costs=KEEPING)
     assert pipe.promotion["decisions"][0]["decision"] == "keep_incumbent"
     with pytest.raises(ApplyRefused, match=r"promotion\.json: decisions\[0\]\.decision: is 'keep_incumbent'"):
         run(pipe)
@@ -184,59 +184,118 @@ def _symlink_parent(p: Pipeline) -> None:
     (p.repo / ".claude/skills").symlink_to("../skills")
 
 
-# name: (change to the pipeline, what the refusal must say, time of the apply)
+def _transcript_edit(p: Pipeline) -> None:
+    path = next((p.paths.candidate_bench / "transcripts").iterdir())
+    path.write_bytes(path.read_bytes().replace(b'"total_cost_usd":', b'"total_cost_usd": 0.01, "was":'))
+
+
+REC, AS_IS = True, False  # the edit re-recorded in dvc.lock (as if its stage re-ran) or left as it is
+# name: (change to the pipeline, re-recorded?, what the refusal must say, time of the apply)
 REFUSALS = {
     "promotion missing": (
-        lambda p: p.paths.promotion.unlink(), r"promotion\.json: missing .*run `dvc repro` first", None,
+        lambda p: p.paths.promotion.unlink(), AS_IS, r"promotion\.json: missing .*run `dvc repro` first", None,
     ),
-    "promotion not JSON": (lambda p: p.paths.promotion.write_text("{"), r"promotion\.json: not valid JSON", None),
+    "candidate bench.json missing": (
+        lambda p: (p.paths.candidate_bench / "bench.json").unlink(), AS_IS,
+        r"bench-candidate/bench\.json: missing \(the candidate bench provenance\).*run `dvc repro` first", None,
+    ),
+    "promotion not JSON": (
+        lambda p: p.paths.promotion.write_text("{"), REC, r"promotion\.json: not valid JSON", None,
+    ),
     "promotion schema-invalid": (
-        _promotion(lambda d: d.update(note="trust me")), r"does not match its schema: .*'note'", None,
+        _promotion(lambda d: d.update(note="trust me")), REC, r"does not match its schema: .*'note'", None,
     ),
     "bench.json missing": (
-        lambda p: (p.paths.incumbent_bench / "bench.json").unlink(), r"bench\.json: missing .*dvc repro", None,
+        lambda p: (p.paths.incumbent_bench / "bench.json").unlink(), AS_IS, r"bench\.json: missing .*dvc repro",
+        None,
     ),
     "stale manifest digest": (
-        lambda p: _edit_json(p.paths.freeze / "manifest.json", lambda m: m.update(overlay_digest="c" * 64)),
+        lambda p: _edit_json(p.paths.freeze / "manifest.json", lambda m: m.update(overlay_digest="c" * 64)), REC,
         r"manifest\.json: overlay_digest cccccccccccc is not the overlay .* stale; run `dvc repro` first", None,
     ),
-    "frozen overlay edited": (_overlay_edit, r"overlay/work/SKILL\.md: sha256 \w+ is not the manifest's", None),
-    "frozen overlay has an extra file": (
-        _overlay_extra, r"overlay/work/extra\.md: not listed in manifest\.json", None,
+    "frozen overlay edited": (
+        _overlay_edit, REC, r"overlay/work/SKILL\.md: sha256 \w+ is not the manifest's", None,
     ),
-    "model drift": (_model_drift, r"promotion\.json: benchmark_model: differs from what the pipeline holds now", None),
+    "frozen overlay has an extra file": (
+        _overlay_extra, REC, r"overlay/work/extra\.md: not listed in manifest\.json", None,
+    ),
+    "model drift": (
+        _model_drift, REC, r"promotion\.json: benchmark_model: differs from what the pipeline holds now", None,
+    ),
     "params model changed, bench stale": (
-        lambda p: p.write_params(model={"backend": "simulator", "name": "other-1", "effort": "medium"}),
+        lambda p: p.write_params(model={"backend": "simulator", "name": "other-1", "effort": "medium"}), AS_IS,
         rf"bench\.json: was benchmarked with model '{MODEL_NAME}' .* now says 'other-1' .* stale", None,
     ),
     "task binding drift": (
-        _bench(lambda b: b["task_bindings"][0].update(verify_sha256="9" * 64)),
+        _bench(lambda b: b["task_bindings"][0].update(verify_sha256="9" * 64)), REC,
         r"task_bindings\[0\]\.verify_sha256: differs", None,
     ),
     "policy drift": (
-        lambda p: p.write_params(gate={"min_improvement_pct": 1}), r"policy\.min_improvement_pct: differs", None,
+        lambda p: p.write_params(gate={"min_improvement_pct": 1}), AS_IS, r"policy\.min_improvement_pct: differs",
+        None,
     ),
-    "expired evidence": (lambda p: None, r"evidence_expires_at: the evidence expired", NOW + timedelta(days=91)),
-    "evidence from the future": (lambda p: None, r"generated_at: .* is in the future", NOW - timedelta(days=1)),
+    "expired evidence": (
+        lambda p: None, AS_IS, r"evidence_expires_at: the evidence expired", NOW + timedelta(days=91),
+    ),
+    "evidence from the future": (
+        lambda p: None, AS_IS, r"generated_at: .* is in the future", NOW - timedelta(days=1),
+    ),
     "destination edited after freeze": (
-        lambda p: (p.repo / "skills/work/SKILL.md").write_bytes(b"a local edit\n"),
+        lambda p: (p.repo / "skills/work/SKILL.md").write_bytes(b"a local edit\n"), AS_IS,
         r"^skills/work/SKILL\.md: edited after freeze", None,
     ),
     "mirror missing on disk": (
-        lambda p: (p.repo / ".claude/skills/work/SKILL.md").unlink(),
+        lambda p: (p.repo / ".claude/skills/work/SKILL.md").unlink(), AS_IS,
         r"^\.claude/skills/work/SKILL\.md: does not exist", None,
     ),
     "mirror missing from the manifest": (
-        lambda p: p.write_params(mirrors=[".claude/skills", "plugin/skills"]),
+        lambda p: p.write_params(mirrors=[".claude/skills", "plugin/skills"]), AS_IS,
         r"destinations lack plugin/skills/plan/SKILL\.md", None,
     ),
     "manifest destination no mirror implies": (
-        lambda p: p.write_params(mirrors=[]), r"destination \.claude/skills/plan/SKILL\.md is not implied", None,
+        lambda p: p.write_params(mirrors=[]), AS_IS, r"destination \.claude/skills/plan/SKILL\.md is not implied",
+        None,
     ),
     "destination is a symlink": (
-        _symlink_destination, r"^\.claude/skills/work/SKILL\.md: destination is a symlink", None,
+        _symlink_destination, AS_IS, r"^\.claude/skills/work/SKILL\.md: destination is a symlink", None,
     ),
-    "destination's parent is a symlink": (_symlink_parent, r"^\.claude/skills: is a symlink", None),
+    "destination's parent is a symlink": (_symlink_parent, AS_IS, r"^\.claude/skills: is a symlink", None),
+    # the same kinds of edit, not re-recorded: the anchor refuses them before anything is re-read
+    "dvc.lock missing": (
+        lambda p: (p.repo / "dvc.lock").unlink(), AS_IS, r"dvc\.lock: missing; apply checks the pipeline's outputs",
+        None,
+    ),
+    "promotion edited, not re-recorded": (
+        _promotion(lambda d: d.update(note="trust me")), AS_IS,
+        r"promotion\.json: changed since `dvc repro` recorded it in dvc\.lock", None,
+    ),
+    "manifest edited, not re-recorded": (
+        lambda p: _edit_json(p.paths.freeze / "manifest.json", lambda m: m.update(overlay_digest="c" * 64)), AS_IS,
+        r"freeze/manifest\.json: changed since `dvc repro` recorded results/freeze in dvc\.lock", None,
+    ),
+    "frozen overlay edited, not re-recorded": (
+        _overlay_edit, AS_IS, r"overlay/work/SKILL\.md: changed since `dvc repro` recorded results/freeze", None,
+    ),
+    "frozen overlay extra file, not re-recorded": (
+        _overlay_extra, AS_IS, r"overlay/work/extra\.md: is new since `dvc repro` recorded results/freeze", None,
+    ),
+    "incumbent bench.json edited, not re-recorded": (
+        _bench(lambda b: b["task_bindings"][0].update(verify_sha256="9" * 64)), AS_IS,
+        r"bench-incumbent/bench\.json: changed since `dvc repro` recorded results/bench-incumbent", None,
+    ),
+    "candidate transcript edited, not re-recorded": (
+        _transcript_edit, AS_IS,
+        r"bench-candidate/transcripts/[^:]+: changed since `dvc repro` recorded results/bench-candidate", None,
+    ),
+    "candidate results removed, not re-recorded": (
+        lambda p: (p.paths.candidate_bench / "results.jsonl").unlink(), AS_IS,
+        r"bench-candidate/results\.jsonl: is missing since `dvc repro` recorded results/bench-candidate", None,
+    ),
+    "a side dvc.lock does not record": (
+        lambda p: (p.repo / "dvc.lock").write_text((p.repo / "dvc.lock").read_text().replace(
+            "path: results/bench-candidate", "path: results/bench-elsewhere")), AS_IS,
+        r"bench-candidate: dvc\.lock records no output results/bench-candidate", None,
+    ),
 }
 
 
@@ -245,10 +304,8 @@ def _snapshot(repo: Path) -> dict[str, object]:
             for rel in DESTINATIONS if os.path.lexists(repo / rel)}
 
 
-@pytest.mark.parametrize("name", REFUSALS)
-def test_refusals_name_the_reason_and_change_nothing(pipe: Pipeline, name: str):
-    change, message, now = REFUSALS[name]
-    change(pipe)
+def refused(pipe: Pipeline, message: str, now=None) -> None:
+    """Apply is refused with `message`, and changed nothing: destinations, receipt, temp files, records."""
     before = _snapshot(pipe.repo)
     with pytest.raises(ApplyRefused, match=message):
         run(pipe, now=now or APPLY_AT)
@@ -256,24 +313,129 @@ def test_refusals_name_the_reason_and_change_nothing(pipe: Pipeline, name: str):
     assert not pipe.paths.receipt.exists() and pipe.leftovers() == [] and pipe.records() == []
 
 
-@pytest.fixture(params=["exchange", "replace"])
-def method(request, monkeypatch) -> str:
-    """Both swap methods: the atomic exchange, and the fallback for kernels or filesystems without it."""
-    if request.param == "replace":
-        def unsupported(*args):
-            raise OSError(errno.ENOSYS, "renameat2 unavailable")
-        monkeypatch.setattr(apply_fs, "renameat2", unsupported)
-    return {"exchange": "renameat2-exchange", "replace": "link-and-replace"}[request.param]
+@pytest.mark.parametrize("name", REFUSALS)
+def test_refusals_name_the_reason_and_change_nothing(pipe: Pipeline, name: str):
+    change, rerecorded, message, now = REFUSALS[name]
+    change(pipe)
+    if rerecorded:
+        pipe.record()
+    refused(pipe, message, now)
 
 
-def test_the_fallback_swap_applies_and_says_so(pipe: Pipeline, method: str):
-    assert run(pipe).swap == method
-    assert json.loads(pipe.paths.receipt.read_text())["swap"] == method
-    assert_clean(pipe, pipe.applied())
+# --- forgeries someone re-recorded in dvc.lock: the evidence itself refuses them --------------------------
+
+
+def _rows(side: Path) -> list[dict]:
+    return [json.loads(line) for line in (side / "results.jsonl").read_text().splitlines()]
+
+
+def test_a_forged_row_is_refused_by_its_transcript(pipe: Pipeline):
+    rows = _rows(pipe.paths.candidate_bench)
+    rows[0]["cost_usd"] = 0.01
+    (pipe.paths.candidate_bench / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    pipe.record()
+    refused(pipe, r"bench-candidate/results\.jsonl: row greet/candidate_workflow/run1: cost_usd is 0\.01 but its "
+                  r"transcripts say 0\.8")
+
+
+def test_a_promotion_rebuilt_by_hand_does_not_follow_from_the_evidence(tmp_path: Path):
+    pipe = make_pipeline(tmp_path, candidate_costs=KEEPING)
+    assert pipe.promotion["decisions"][0]["decision"] == "keep_incumbent"
+
+    def rescale(doc):
+        for decision in doc["decisions"]:
+            for row in decision["tasks"]:
+                row["candidate"]["cost_usd"] = round(row["candidate"]["cost_usd"] * 0.5, 6)
+        doc["decisions"] = recompute_decisions(doc)  # self-consistent: the embedded recompute agrees
+        assert [d["decision"] for d in doc["decisions"]] == ["promote"]
+
+    _edit_json(pipe.paths.promotion, rescale)
+    pipe.record()
+    refused(pipe, r"promotion\.json: \$\.decisions\[0\]\..*: the stored promotion does not follow from the evidence "
+                  r"as it is now")
+
+
+def test_moved_timestamps_do_not_revive_expired_evidence(pipe: Pipeline):
+    def move(doc):
+        for key in ("generated_at", "evidence_expires_at"):
+            doc[key] = (datetime.fromisoformat(doc[key]) + timedelta(days=60)).isoformat()
+
+    _edit_json(pipe.paths.promotion, move)
+    pipe.record()
+    refused(pipe, r"promotion\.json: \$\.evidence_expires_at: the stored promotion does not follow from the evidence",
+            now=NOW + timedelta(days=100))
+
+
+def _edit_tasks(pipe: Pipeline, change) -> None:
+    doc = yaml.safe_load(pipe.paths.tasks.read_text())
+    change(doc["tasks"])
+    pipe.paths.tasks.write_text(yaml.safe_dump(doc))
+
+
+def test_a_task_prompt_changed_after_the_bench_is_refused(pipe: Pipeline):
+    _edit_tasks(pipe, lambda tasks: tasks[0].update(prompt="make the greeting say goodbye"))  # tasks/: not recorded
+    refused(pipe, r"promotion\.json: task_bindings\[0\]\.prompt_sha256: task 'greet' is not bound as it was "
+                  r"benchmarked")
+
+
+def test_an_oracle_changed_after_the_bench_is_refused(pipe: Pipeline):
+    oracle = pipe.paths.tasks.parent / "oracles/test_greet_oracle.py"
+    oracle.write_text(oracle.read_text() + "\n\ndef test_more():\n    assert True\n")
+    refused(pipe, r"task_bindings\[0\]\.oracle_files\[0\]\.sha256: task 'greet' is not bound as it was benchmarked")
+
+
+def test_a_benchmarked_task_that_no_longer_exists_is_refused(pipe: Pipeline):
+    _edit_tasks(pipe, lambda tasks: tasks.pop())
+    refused(pipe, r"task_bindings\[1\]: task 'cheat' was benchmarked but is no longer in .*tasks\.yaml")
+
+
+@pytest.mark.parametrize("code", [errno.ENOSYS, errno.EINVAL, errno.EOPNOTSUPP])
+def test_without_an_atomic_exchange_apply_refuses_before_any_file_changed(pipe: Pipeline, monkeypatch, code: int):
+    """No non-atomic fallback: an edit racing a link-and-replace could be lost, so the filesystem is unfit."""
+    def unsupported(*args):
+        raise OSError(code, os.strerror(code))
+
+    monkeypatch.setattr(apply_fs, "renameat2", unsupported)
+    with pytest.raises(BrokenEnvironment, match=r"^\.claude/skills/plan/SKILL\.md: this filesystem cannot swap "
+                                                r"files atomically .* will not replace them non-atomically.*"
+                                                r"nothing was changed"):
+        run(pipe)
+    assert BrokenEnvironment.exit_code == 69
+    assert_clean(pipe, pipe.originals())
+    assert not pipe.paths.receipt.exists()
+
+
+def test_a_destination_without_the_exchange_after_others_had_it_is_rolled_back(pipe: Pipeline, monkeypatch):
+    """A mirror on another filesystem: the swaps already made are exchanged back before the refusal."""
+    real, calls = apply_fs.renameat2, []
+
+    def third_unsupported(*args):
+        calls.append(args)
+        if len(calls) == 3:
+            raise OSError(errno.EOPNOTSUPP, "Operation not supported")
+        return real(*args)
+
+    monkeypatch.setattr(apply_fs, "renameat2", third_unsupported)
+    with pytest.raises(BrokenEnvironment, match=f"^{DESTINATIONS[2]}: this filesystem cannot swap files atomically"
+                                                ".*the 2 file\\(s\\) already swapped are back as they were"):
+        run(pipe)
+    assert_clean(pipe, pipe.originals())
+    assert not pipe.paths.receipt.exists()
+
+
+def test_the_stage_exits_69_without_an_atomic_exchange(pipe: Pipeline, monkeypatch, capsys):
+    def unsupported(*args):
+        raise OSError(errno.ENOSYS, "Function not implemented")
+
+    monkeypatch.setattr(apply_fs, "renameat2", unsupported)
+    assert stage.main(pipe.cli_args()) == 69
+    err = capsys.readouterr().err
+    assert err.startswith("apply: environment: ") and "cannot swap files atomically" in err
+    assert_clean(pipe, pipe.originals())
 
 
 @pytest.mark.parametrize("k", range(N + 1))
-def test_a_failure_after_k_of_n_swaps_leaves_every_original(pipe: Pipeline, method: str, k: int):
+def test_a_failure_after_k_of_n_swaps_leaves_every_original(pipe: Pipeline, k: int):
     def fault(event, index, path):
         if (k == 0 and event == "before-swap") or (event == "after-swap" and index == k - 1):
             raise OSError(errno.EIO, "injected failure")
@@ -321,7 +483,35 @@ def test_a_failed_rollback_writes_a_recovery_record_a_rerun_restores_from(pipe: 
     assert_clean(pipe, pipe.applied())
 
 
-def test_an_edit_racing_the_swap_is_put_back(pipe: Pipeline, method: str):
+def test_a_recovery_record_of_the_former_link_and_replace_swap_is_still_restored(pipe: Pipeline):
+    """Records written before the non-atomic fallback was removed kept the original under `link`."""
+    target, tx = DESTINATIONS[0], "0123456789abcdef"
+    original, new = pipe.originals()[target], pipe.applied()[target]
+    parent = (pipe.repo / target).parent
+    (parent / f"{apply_fs.TEMP_PREFIX}{tx}-0.orig").write_bytes(original)
+    (pipe.repo / target).write_bytes(new)
+    rel = target.rsplit("/", 1)[0]
+    pipe.paths.state_dir.mkdir(parents=True)
+    record = pipe.paths.state_dir / "recovery-20250302T000000000000Z.json"
+    record.write_text(json.dumps({
+        "schema_version": 1, "kind": "apply", "transaction": tx, "repo": str(pipe.repo.resolve()),
+        "started_at": APPLY_AT.isoformat(), "state": "in-progress", "failure": None, "rollback_failures": [],
+        "commit": {"path": str(pipe.paths.receipt.resolve()), "key": "transaction", "then_remove": None,
+                   "then_remove_transaction": None},
+        "files": [{"path": target, "state": "swapped", "original_sha256": sha256_bytes(original),
+                   "new_sha256": sha256_bytes(new), "original_at": f"{rel}/{apply_fs.TEMP_PREFIX}{tx}-0.orig",
+                   "new_at": target, "original_copy": str(pipe.paths.originals.resolve() / sha256_bytes(original)),
+                   "staged": f"{rel}/{apply_fs.TEMP_PREFIX}{tx}-0.swap",
+                   "link": f"{rel}/{apply_fs.TEMP_PREFIX}{tx}-0.orig"}],
+    }))
+    logged = []
+    with pytest.raises(ApplyRefused, match="^no receipt"):
+        revert(pipe.paths, now=APPLY_AT, log=logged.append)
+    assert any("recovered from" in line for line in logged)
+    assert_clean(pipe, pipe.originals())
+
+
+def test_an_edit_racing_the_swap_is_put_back(pipe: Pipeline):
     target = DESTINATIONS[1]
 
     def fault(event, index, path):  # after the last re-check, before the swap itself
@@ -433,7 +623,8 @@ def test_the_stage_exit_codes_and_messages(pipe: Pipeline, capsys):
     with pytest.raises(SystemExit):
         stage.main(["--help"])
     help_text = capsys.readouterr().out
-    for text in ("--promotion", "--freeze", "--incumbent-bench", "--receipt", "--revert", "exit status", "recovery-"):
+    for text in ("--promotion", "--freeze", "--incumbent-bench", "--candidate-bench", "--tasks", "--receipt",
+                 "--revert", "exit status", "recovery-"):
         assert text in help_text
 
 

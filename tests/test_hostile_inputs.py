@@ -102,7 +102,8 @@ class World:
         return runs("t1", CANDIDATE, [0.8, 0.85, 0.9]) + runs("t2", CANDIDATE, [1.9, 1.8, 2.0]) + runs(
             "t3", CANDIDATE, [1.0, 0.9, 0.95])
 
-    def rewrite_rows(self, side: Path, change: Callable[[list[dict]], None]) -> None:
+    @staticmethod
+    def rewrite_rows(side: Path, change: Callable[[list[dict]], None]) -> None:
         rows = [json.loads(line) for line in (side / "results.jsonl").read_text().splitlines()]
         change(rows)
         (side / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
@@ -168,6 +169,17 @@ def _oracle_line(w: World) -> str:
 def _canary_token(w: World) -> str:
     text = (w.tasks.parent / "oracles/test_greet_oracle.py").read_text()
     return next(line for line in text.splitlines() if "canary" in line).split()[-1]
+
+
+def _forge_transcript(side: Path) -> None:
+    """Rewrite a stored transcript to a cheaper session and the row to match it: the row's sha256 binding breaks."""
+    first = json.loads((side / "results.jsonl").read_text().splitlines()[0])
+    path = side / first["transcripts"][0]["path"]
+    forged = re.sub(r'"total_cost_usd": ?[0-9.e-]+', '"total_cost_usd":0.01', path.read_text())
+    assert forged != path.read_text()
+    os.chmod(path, 0o644)
+    path.write_text(forged)
+    World.rewrite_rows(side, lambda rows: rows[0].update(cost_usd=0.01))
 
 
 def _with_overlay_line(w: World, line: str) -> None:
@@ -258,21 +270,23 @@ CASES: dict[str, tuple[Callable[[World], list[str]], Callable[[World], object], 
     "evidence: results not UTF-8": (evidence, lambda w: _write(w.previous() / "bench-incumbent/results.jsonl", b"\xff\n"), r"bench-incumbent/results\.jsonl: results is not UTF-8"),
     # results rows and bench.json (gate)
     "rows: resolved without the oracle": (gate, lambda w: w.rewrite_rows(w.candidate_side(), lambda rows: rows[1].update(oracle_passed=False)), r"bench-candidate/results\.jsonl:2: resolved without verify and oracle passing.*\(rule: resolved\)"),
-    "rows: a duplicate cell": (gate, lambda w: w.rewrite_rows(w.candidate_side(), lambda rows: rows.append(rows[0])), r"results\.jsonl:10: task 't1', arm 'candidate_workflow', run 1 appears twice \(rule: one row per cell\)"),
+    "rows: a duplicate cell": (gate, lambda w: w.rewrite_rows(w.candidate_side(), lambda rows: rows.append(rows[0])), r"results\.jsonl:7: task 'greet', arm 'candidate_workflow', run 1 appears twice \(rule: one row per cell\)"),
     "rows: an unknown error kind": (gate, lambda w: w.rewrite_rows(w.candidate_side(), lambda rows: rows[0].update(error_kind="timeout", resolved=False)), r"results\.jsonl:1: \$\.error_kind: 'timeout' is not one of"),
-    "rows: a cheaper forged row outside the binding": (gate, lambda w: w.rewrite_rows(w.candidate_side(), lambda rows: rows.append({**rows[0], "task": "t9"})), r"results\.jsonl:10: task 't9' is not bound .*\(rule: bound task\)"),
+    "rows: a cheaper forged row outside the binding": (gate, lambda w: w.rewrite_rows(w.candidate_side(), lambda rows: rows.append({**rows[0], "task": "t9"})), r"results\.jsonl:7: task 't9' is not bound .*\(rule: bound task\)"),
+    "rows: a cheaper cost than its transcripts": (gate, lambda w: w.rewrite_rows(w.candidate_side(), lambda rows: [r.update(cost_usd=0.01) for r in rows]), r"bench-candidate/results\.jsonl: row \w+/candidate_workflow/run1: cost_usd is 0\.01 but its transcripts say [\d.]+ \(rule: rows match their transcripts\)"),
+    "rows: a transcript rewritten to match": (gate, lambda w: _forge_transcript(w.candidate_side()), r"bench-candidate/transcripts/\S+\.jsonl: does not match its row \(size or sha256 differs\)"),
     "rows: not JSON": (gate, lambda w: _write(w.candidate_side() / "results.jsonl", "{not json\n"), r"bench-candidate/results\.jsonl:1: not valid JSON"),
     "rows: bench.json missing": (gate, lambda w: (w.candidate_side() / "bench.json").unlink(), r"bench-candidate/bench\.json: bench provenance does not exist"),
     "rows: another model served": (gate, lambda w: w.edit_json(w.candidate_side() / "bench.json", lambda b: b.update(served_models=["claude-opus-4-8"])), r"bench\.json: \$\.served_models differ \(rule: both sides are benchmarked with identical served model ids\)"),
     "rows: served models that the rows do not show": (gate, lambda w: [w.edit_json(w.candidate_side() / "bench.json", lambda b: b.update(served_models=["x"])), w.edit_json(w.results / "bench-incumbent/bench.json", lambda b: b.update(served_models=["x"]))], r"bench\.json: \$\.served_models does not list what its rows say the API served"),
     # promotion files and the freeze manifest (apply)
-    "promotion: not JSON": (apply, lambda w: _write(w.pipe.paths.promotion, "{oops"), r"promotion\.json: not valid JSON at line 1"),
-    "promotion: rescaled aggregates": (apply, lambda w: w.edit_json(w.pipe.paths.promotion, lambda p: p["decisions"][0]["tasks"][0]["candidate"].update(cost_usd=0.01)), r"promotion\.json: decisions\[0\]\..*the stored decision does not follow from its embedded aggregates"),
+    "promotion: not JSON": (apply, lambda w: (_write(w.pipe.paths.promotion, "{oops"), w.pipe.record()), r"promotion\.json: not valid JSON at line 1"),
+    "promotion: rescaled aggregates": (apply, lambda w: (w.edit_json(w.pipe.paths.promotion, lambda p: p["decisions"][0]["tasks"][0]["candidate"].update(cost_usd=0.01)), w.pipe.record()), r"promotion\.json: decisions\[0\]\..*the stored decision does not follow from its embedded aggregates"),
     "promotion: expired": (apply, lambda w: None, r"promotion\.json: evidence_expires_at: the evidence expired"),
-    "promotion: from the future": (apply, lambda w: w.edit_json(w.pipe.paths.promotion, lambda p: p.update(generated_at="2099-01-01T00:00:00+00:00")), r"promotion\.json: generated_at: 2099-01-01T00:00:00\+00:00 is in the future"),
-    "promotion: another overlay": (apply, lambda w: w.edit_json(w.pipe.paths.promotion, lambda p: p.update(overlay_digest="0" * 64)), r"manifest\.json: overlay_digest .* is not the overlay .*promotion\.json was decided on"),
+    "promotion: from the future": (apply, lambda w: (w.edit_json(w.pipe.paths.promotion, lambda p: p.update(generated_at="2099-01-01T00:00:00+00:00")), w.pipe.record()), r"promotion\.json: generated_at: 2099-01-01T00:00:00\+00:00 is in the future"),
+    "promotion: another overlay": (apply, lambda w: (w.edit_json(w.pipe.paths.promotion, lambda p: p.update(overlay_digest="0" * 64)), w.pipe.record()), r"manifest\.json: overlay_digest .* is not the overlay .*promotion\.json was decided on"),
     "promotion: missing": (apply, lambda w: w.pipe.paths.promotion.unlink(), r"promotion\.json: missing \(the gate's promotion\.json\)"),
-    "freeze manifest: a destination outside the repo": (apply, lambda w: w.edit_json(w.pipe.paths.freeze / "manifest.json", lambda m: m["destinations"].update({"../../etc/passwd": "0" * 64})), r"manifest\.json: \$\.destinations: '\.\./\.\./etc/passwd' is not a directory relative to the repository"),
+    "freeze manifest: a destination outside the repo": (apply, lambda w: (w.edit_json(w.pipe.paths.freeze / "manifest.json", lambda m: m["destinations"].update({"../../etc/passwd": "0" * 64})), w.pipe.record()), r"manifest\.json: \$\.destinations: '\.\./\.\./etc/passwd' is not a directory relative to the repository"),
     "apply: the model changed after the bench": (apply, lambda w: w.set_params("model", name="claude-opus-4-8"), r"bench\.json: was benchmarked with model .* now says 'claude-opus-4-8'.*the bench is stale"),
     "apply: a hand-edited receipt to revert": (lambda w: apply(w) + ["--revert"], lambda w: (w.pipe.paths.receipt.parent.mkdir(parents=True, exist_ok=True), w.pipe.paths.receipt.write_text('{"schema_version": 1}')), r"receipt\.json: \$: .* is a required property .*\(not a receipt apply wrote\)"),
 }

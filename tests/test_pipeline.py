@@ -6,6 +6,7 @@ Each test works in a `git clone` of this checkout's HEAD and reuses this checkou
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -148,6 +149,42 @@ def test_apply_rewrites_skills_and_the_next_repro_reruns_the_incumbent_side(demo
     assert run(["git", "status", "--porcelain", "--", "skills", ".claude"], clone).strip()  # a plain diff, uncommitted
     make(clone, "revert")
     assert WASTEFUL in (clone / "skills/work/SKILL.md").read_text()
+
+
+def _forge_cheaper_candidate(side: Path) -> None:
+    """What a hostile editor would do between stages: every candidate session made cheaper, consistently, in
+    the transcripts and in the rows that bind them by sha256, so that the results check out on their own."""
+    rows = [json.loads(line) for line in (side / "results.jsonl").read_text().splitlines()]
+    for row in rows:
+        for meta in row["transcripts"]:
+            path = side / meta["path"]
+            events = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+            for event in events:
+                if event.get("type") == "result":
+                    event["total_cost_usd"] = 0.0001
+            data = "".join(json.dumps(e) + "\n" for e in events).encode()
+            os.chmod(path, 0o644)
+            path.write_bytes(data)
+            meta.update(sha256=hashlib.sha256(data).hexdigest(), bytes=len(data))
+        row["cost_usd"] = round(0.0001 * len(row["transcripts"]), 6)
+    results = side / "results.jsonl"
+    os.chmod(results, 0o644)
+    results.write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+
+def test_apply_refuses_results_forged_after_repro_even_with_the_gate_rerun_on_them(demo, tmp_path):
+    clone = tmp_path / "clone"
+    shutil.copytree(demo["clone"], clone, symlinks=True)
+    _forge_cheaper_candidate(clone / "results/bench-candidate")
+    out = run([DVC, "repro", "--single-item", "gate"], clone)  # the gate itself accepts the forged side
+    assert "gate" in ran(out)
+    before = {rel: (clone / rel).read_bytes() for rel in ("skills/work/SKILL.md", ".claude/skills/work/SKILL.md")}
+    refused = subprocess.run(["make", f"VENV={ROOT / '.venv'}", f"TOOLS={ROOT / '.tools'}", "apply"], cwd=clone,
+                             env=_env(), capture_output=True, text=True)
+    assert refused.returncode != 0
+    assert re.search(r"results/bench-candidate/\S+: changed since `dvc repro` recorded results/bench-candidate in "
+                     r"dvc\.lock \(rule: outputs match dvc\.lock\)", refused.stderr), refused.stderr[-2000:]
+    assert {rel: (clone / rel).read_bytes() for rel in before} == before
 
 
 def test_evolve_stops_after_two_keep_incumbent_generations_with_the_first_as_evidence(tmp_path):

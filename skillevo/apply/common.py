@@ -64,6 +64,8 @@ class ApplyPaths:
     params: Path = layout.PARAMS
     repo: Path = Path(".")
     receipt: Path = layout.APPLY_RECEIPT
+    candidate_bench: Path = layout.BENCH["candidate"]
+    tasks: Path = layout.TASKS_FILE
 
     @property
     def state_dir(self) -> Path:

@@ -1,9 +1,12 @@
-"""What an apply or a revert works from, each input checked against the others as the pipeline holds them now.
+"""What an apply or a revert works from, each input checked against the evidence as the pipeline holds it now.
 
-The files apply rewrites are a team's shared skills, so it trusts nothing it did not just check: the
-promotion is re-validated against the freeze manifest, the incumbent bench.json and params as they are now,
-the frozen overlay must still match its manifest, and the destinations must be exactly the ones params'
-skill directories imply. A revert trusts only a receipt that matches its schema and intact stored originals.
+The files apply rewrites are a team's shared skills, so it trusts nothing but the evidence, anchored in
+dvc.lock: every output it reads must hold what DVC recorded (skillevo.apply.anchor); both bench sides are read
+back through the one reader, rows checked against their transcripts; the promotion is re-validated against the
+freeze manifest, the incumbent bench.json and params, its task bindings against tasks/ now, and it must be
+exactly what the gate's code makes of the evidence (skillevo.apply.evidence); the frozen overlay must still
+match its manifest, and the destinations must be exactly the ones params' skill directories imply. A revert
+trusts only a receipt that matches its schema and intact stored originals.
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from skillevo import documents, layout, models, overlay, safefs
-from skillevo.apply import fs
+from skillevo.apply import anchor, evidence, fs
 from skillevo.apply.common import RECEIPT_SCHEMA, RERUN, ApplyPaths, ApplyRefused
 from skillevo.config import Params
 from skillevo.digests import framed_digest, sha256_bytes
@@ -27,6 +30,7 @@ from skillevo.gate.promotion import (
     pipeline_bindings,
     validate_for_apply,
 )
+from skillevo.results import load_side
 from skillevo.schemas import InvalidDocument, validate
 
 
@@ -45,17 +49,21 @@ def _require(path: Path, what: str) -> None:
 
 
 def load_inputs(paths: ApplyPaths, now: datetime, load_params: Callable[[], Params]) -> Inputs:
-    """Everything apply needs, each checked against the others as the pipeline holds them now."""
+    """Everything apply needs, each checked against the evidence as the pipeline holds it now."""
+    manifest_path = paths.freeze / "manifest.json"
+    bench_path = paths.incumbent_bench / "bench.json"
     _require(paths.promotion, "the gate's promotion.json")
+    _require(manifest_path, "the freeze manifest")
+    _require(bench_path, "the incumbent bench provenance")
+    _require(paths.candidate_bench / "bench.json", "the candidate bench provenance")
+    anchor.check(paths.repo, [paths.promotion, paths.freeze, paths.incumbent_bench, paths.candidate_bench])
+
     promotion_bytes = safefs.read_file(paths.promotion, max_bytes=documents.MAX_JSON_BYTES, what="promotion")
     promotion = documents.parse_json(promotion_bytes, str(paths.promotion))
-    manifest_path = paths.freeze / "manifest.json"
-    _require(manifest_path, "the freeze manifest")
-    bench_path = paths.incumbent_bench / "bench.json"
-    _require(bench_path, "the incumbent bench provenance")
-    bench = documents.load_json(bench_path, what="incumbent bench provenance")
     manifest = load_freeze(manifest_path)
-    validate(bench, "bench-run", bench_path)
+    incumbent = load_side(paths.incumbent_bench, "incumbent")
+    candidate = load_side(paths.candidate_bench, "candidate")
+    bench = incumbent.bench
     params = load_params()
 
     if isinstance(promotion, dict) and promotion.get("overlay_digest", manifest["overlay_digest"]) != manifest[
@@ -76,6 +84,8 @@ def load_inputs(paths: ApplyPaths, now: datetime, load_params: Callable[[], Para
         validate_for_apply(promotion, pipeline_bindings(manifest, bench, params.gate), now)
     except PromotionRefused as e:
         raise ApplyRefused(f"{paths.promotion}: {e}") from None
+    evidence.check_task_bindings(promotion, paths.promotion, paths.tasks, params.tasks.target_roots)
+    evidence.check_rebuilt(promotion, paths.promotion, incumbent, candidate, manifest, params.gate)
 
     limits = overlay.Limits(max_changed_lines=params.propose.max_changed_lines)
     files = verified_overlay(paths.freeze / "overlay", manifest, limits)
@@ -85,7 +95,8 @@ def load_inputs(paths: ApplyPaths, now: datetime, load_params: Callable[[], Para
         sha256_bytes(promotion_bytes), manifest["overlay_digest"], destinations, new,
         [f"apply: using {paths.promotion} (generated {promotion['generated_at']}, promotion "
          f"{sha256_bytes(promotion_bytes)[:12]}), frozen overlay {manifest['overlay_digest'][:12]} in {paths.freeze}, "
-         f"{bench_path}; no stage was re-run"],
+         f"{paths.incumbent_bench} and {paths.candidate_bench}, each as dvc.lock records it, and {paths.tasks}; "
+         "the promotion follows from that evidence; no stage was re-run"],
     )
 
 

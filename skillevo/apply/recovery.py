@@ -67,7 +67,8 @@ def _stored_copy(copy: Path) -> bytes:
 def _recover_entry(tree: fs.Tree, entry: Mapping[str, Any], record: Path, *, restore: bool, log: Log) -> bool:
     path, original, new = entry["path"], entry["original_sha256"], entry["new_sha256"]
     parts = fs.split_relative(path, "destination")
-    temps = [fs.split_relative(entry[key], "temp")[-1] for key in ("staged", "link")]
+    # `link`: where records of the former non-atomic link-and-replace swap kept the original; still read
+    temps = [fs.split_relative(entry[key], "temp")[-1] for key in ("staged", "link") if entry.get(key)]
     with tree.directory(parts[:-1]) as parent:
         def sha_of(name: str) -> str | None:
             try:

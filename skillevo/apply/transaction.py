@@ -2,9 +2,10 @@
 
 New bytes are staged beside each destination and swapped in with renameat2(RENAME_EXCHANGE), which leaves
 the replaced file under the staged name: a rollback is the same exchange again, and it restores exactly
-what was replaced, even an edit that raced the swap. Where the exchange is unsupported, a hard link of the
-original is kept and the staged file renamed over it. A journal (`recovery-<UTC>.json`) is written before
-the first swap, so even a SIGKILL leaves a record a rerun restores from (skillevo.apply.recovery).
+what was replaced, even an edit that raced the swap. Where the exchange is unsupported, apply refuses before
+any file changed (BrokenEnvironment): a non-atomic replace could lose an edit racing it, so there is no
+fallback. A journal (`recovery-<UTC>.json`) is written before the first swap, so even a SIGKILL leaves a
+record a rerun restores from (skillevo.apply.recovery).
 """
 
 from __future__ import annotations
@@ -34,11 +35,16 @@ from skillevo.apply.common import (
 )
 from skillevo.apply.guard import SignalGuard
 from skillevo.digests import sha256_bytes
-from skillevo.errors import BadInput, SkillevoError
+from skillevo.errors import BadInput, BrokenEnvironment, SkillevoError
 from skillevo.schemas import validate
 
 EXCHANGE = "renameat2-exchange"
-REPLACE = "link-and-replace"  # no atomic compare-and-swap: an edit racing the replace itself can be lost
+NO_EXCHANGE = ("this filesystem cannot swap files atomically (renameat2 RENAME_EXCHANGE: {reason}), and apply will "
+               "not replace them non-atomically (an edit racing the replace could be lost)")
+
+
+class ExchangeUnsupported(SkillevoError):
+    """renameat2(RENAME_EXCHANGE) is not available for a destination: the transaction stops and rolls back."""
 
 
 @dataclass
@@ -52,15 +58,9 @@ class Swap:
     mode: int
     expect: bytes  # the bytes it must still hold when swapped (its original)
     new: bytes
-    staged: str  # temp name beside it: the new bytes until an exchange, the original after
-    link: str  # temp name for the replace fallback's hard link (or copy) of the original
+    staged: str  # temp name beside it: the new bytes until the exchange, the original after
     new_ino: int | None = None
-    method: str | None = None
     state: str = "planned"  # planned, staged, swapped, restored, restore-failed, unchanged
-
-    @property
-    def backup(self) -> str:
-        return self.staged if self.method == EXCHANGE else self.link
 
     def rel(self, name: str) -> str:
         return "/".join([*self.path.split("/")[:-1], name])
@@ -79,7 +79,7 @@ def open_all(tree: fs.Tree, targets: Mapping[str, bytes], tx: str) -> list[Swap]
                                "mirrors) must exist (a missing mirror?)") from None
         pst = os.fstat(parent)
         swaps.append(Swap(rel, parent, (pst.st_dev, pst.st_ino), parts[-1], stat.S_IMODE(st.st_mode), data,
-                          targets[rel], f"{fs.TEMP_PREFIX}{tx}-{i}.swap", f"{fs.TEMP_PREFIX}{tx}-{i}.orig"))
+                          targets[rel], f"{fs.TEMP_PREFIX}{tx}-{i}.swap"))
     return swaps
 
 
@@ -135,11 +135,10 @@ def _journal(swaps: list[Swap], *, kind: str, tx: str, repo: Path, store: Path, 
             "state": s.state,
             "original_sha256": sha256_bytes(s.expect),
             "new_sha256": sha256_bytes(s.new),
-            "original_at": s.rel(s.backup) if swapped else s.path,
+            "original_at": s.rel(s.staged) if swapped else s.path,
             "new_at": s.path if swapped else s.rel(s.staged),
             "original_copy": str(store / sha256_bytes(s.expect)),
             "staged": s.rel(s.staged),
-            "link": s.rel(s.link),
         })
     return {
         "schema_version": SCHEMA_VERSION,
@@ -155,8 +154,8 @@ def _journal(swaps: list[Swap], *, kind: str, tx: str, repo: Path, store: Path, 
         "instructions": (
             "Rerun the same command (`make apply`, `make revert` or `python -m stages.apply [--revert]`): it "
             "restores every original listed here before doing anything else. By hand: paths are relative to "
-            "`repo`; a destination holding new_sha256 has its original under `staged` (exchange) or `link` "
-            "(replace) beside it, and original_copy always holds the original bytes."
+            "`repo`; a destination holding new_sha256 has its original under `staged` beside it, and "
+            "original_copy always holds the original bytes."
         ),
     }
 
@@ -176,26 +175,19 @@ def _recheck(tree: fs.Tree, s: Swap) -> None:
 
 
 def _swap(s: Swap) -> None:
-    s.method = EXCHANGE
+    """Exchange the staged new bytes with the destination; no fallback when the filesystem cannot."""
     try:
         fs.renameat2(s.parent, s.staged, s.parent, s.name, fs.RENAME_EXCHANGE)
-        s.state = "swapped"
-        return
     except OSError as e:
-        if e.errno not in fs.UNSUPPORTED:
-            raise
-    s.method = REPLACE
-    try:
-        os.link(s.name, s.link, src_dir_fd=s.parent, dst_dir_fd=s.parent, follow_symlinks=False)
-    except OSError:
-        safefs.create_at(s.parent, s.link, fs.read(s.parent, s.name, s.path), mode=s.mode)
-    os.rename(s.staged, s.name, src_dir_fd=s.parent, dst_dir_fd=s.parent)
+        if e.errno in fs.UNSUPPORTED:
+            raise ExchangeUnsupported(f"{s.path}: {NO_EXCHANGE.format(reason=e.strerror or e)}") from None
+        raise
     s.state = "swapped"
 
 
 def _check_replaced(s: Swap) -> None:
     """What the swap displaced must be the original; otherwise an edit raced the swap and is kept for rollback."""
-    if fs.read(s.parent, s.backup, s.rel(s.backup)) != s.expect:
+    if fs.read(s.parent, s.staged, s.rel(s.staged)) != s.expect:
         raise ApplyRefused(
             f"{s.path}: was edited between the last check and the swap (concurrent edit); the rollback puts "
             "that edit back"
@@ -208,8 +200,8 @@ def _verify(tree: fs.Tree, swaps: list[Swap]) -> None:
         data, st = fs.read_stat(s.parent, s.name, s.path)
         if st.st_ino != s.new_ino or data != s.new:
             raise ApplyRefused(f"{s.path}: does not hold the new bytes after the swap")
-        if fs.read(s.parent, s.backup, s.rel(s.backup)) != s.expect:
-            raise ApplyRefused(f"{s.rel(s.backup)}: the kept original changed during apply")
+        if fs.read(s.parent, s.staged, s.rel(s.staged)) != s.expect:
+            raise ApplyRefused(f"{s.rel(s.staged)}: the kept original changed during apply")
 
 
 def _rollback(swaps: list[Swap], fault: Fault) -> list[str]:
@@ -223,22 +215,19 @@ def _rollback(swaps: list[Swap], fault: Fault) -> list[str]:
                 data, st = fs.read_stat(s.parent, s.name, s.path)
             except FileNotFoundError:
                 raise ApplyRefused(f"{s.path}: disappeared after the swap; its original is at "
-                                   f"{s.rel(s.backup)}") from None
+                                   f"{s.rel(s.staged)}") from None
             if s.new_ino is None or st.st_ino != s.new_ino:
                 if s.state == "swapped":
                     raise ApplyRefused(f"{s.path}: was replaced after the swap; left as is, its original is at "
-                                       f"{s.rel(s.backup)}")
+                                       f"{s.rel(s.staged)}")
                 s.state = "unchanged"
                 continue
             s.state = "swapped"
             fault("before-restore", i, s.path)
             if data != s.new:
                 raise ApplyRefused(f"{s.path}: was edited after the swap; left as is, its original is at "
-                                   f"{s.rel(s.backup)}")
-            if s.method == EXCHANGE:
-                fs.renameat2(s.parent, s.staged, s.parent, s.name, fs.RENAME_EXCHANGE)
-            else:
-                os.rename(s.link, s.name, src_dir_fd=s.parent, dst_dir_fd=s.parent)
+                                   f"{s.rel(s.staged)}")
+            fs.renameat2(s.parent, s.staged, s.parent, s.name, fs.RENAME_EXCHANGE)
             if os.lstat(s.name, dir_fd=s.parent).st_ino == s.new_ino:
                 raise ApplyRefused(f"{s.path}: still holds the new file after restoring")
             s.state = "restored"
@@ -251,18 +240,18 @@ def _rollback(swaps: list[Swap], fault: Fault) -> list[str]:
 def _remove_temps(swaps: list[Swap], log: Log) -> None:
     """Drop temp names that hold only the new bytes or an original (the originals store keeps those)."""
     for s in swaps:
-        for name in {s.staged, s.link}:
-            try:
-                data = fs.read(s.parent, name, s.rel(name))
-            except FileNotFoundError:
-                continue
-            except SkillevoError as e:
-                log(f"apply: warning: left {s.rel(name)} in place: {e}")
-                continue
-            if data in (s.new, s.expect):
-                os.unlink(name, dir_fd=s.parent)
-            else:
-                log(f"apply: warning: kept {s.rel(name)}: it holds bytes that are neither the original nor the new")
+        name = s.staged
+        try:
+            data = fs.read(s.parent, name, s.rel(name))
+        except FileNotFoundError:
+            data = None
+        except SkillevoError as e:
+            log(f"apply: warning: left {s.rel(name)} in place: {e}")
+            data = None
+        if data is not None and data in (s.new, s.expect):
+            os.unlink(name, dir_fd=s.parent)
+        elif data is not None:
+            log(f"apply: warning: kept {s.rel(name)}: it holds bytes that are neither the original nor the new")
         os.fsync(s.parent)
 
 
@@ -311,7 +300,7 @@ def transact(tree: fs.Tree, swaps: list[Swap], *, kind: str, tx: str, paths: App
             fault("verified", len(swaps), None)
             guard.defer()
             commit.body[commit.key] = tx
-            commit.body[commit.method_key] = method = "+".join(sorted({s.method for s in swaps if s.method}))
+            commit.body[commit.method_key] = method = EXCHANGE
             if commit.schema:
                 validate(commit.body, commit.schema, commit.marker)
             _write_json(commit.marker, commit.body)
@@ -335,6 +324,9 @@ def transact(tree: fs.Tree, swaps: list[Swap], *, kind: str, tx: str, paths: App
             _remove_temps(swaps, log)
             journal_path.unlink(missing_ok=True)
             undone = sum(s.state == "restored" for s in swaps)
+            if isinstance(exc, ExchangeUnsupported):  # refused, not failed: nothing new is on disk
+                raise BrokenEnvironment(f"{reason}; " + ("nothing was changed" if done == 0 else
+                                        f"the {done} file(s) already swapped are back as they were")) from None
             raise RolledBack(f"{reason} (after {done} of {len(swaps)} swaps); rolled back: every file apply "
                              f"replaced is back as it was ({undone} restored), no new bytes remain") from exc
         try:  # committed: whatever happens now, the new bytes stay

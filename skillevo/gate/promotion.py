@@ -179,7 +179,7 @@ def validate_for_apply(promotion: Any, current: Mapping[str, Any], now: datetime
         if key not in current:
             raise PromotionRefused(f"{key}: the pipeline supplied no current value to compare with")
         expected = current[key].to_dict() if isinstance(current[key], Policy) else current[key]
-        difference = _first_difference(promotion[key], expected, key)
+        difference = first_difference(promotion[key], expected, key)
         if difference:
             raise PromotionRefused(f"{difference}: differs from what the pipeline holds now")
     _check_timestamps(promotion, now)
@@ -217,7 +217,7 @@ def _check_decisions(promotion: Mapping[str, Any]) -> None:
         for j, row in enumerate(stored["tasks"]):
             for side in ("incumbent", "candidate"):
                 _check_aggregate(row[side], f"{where}.tasks[{j}].{side}")
-        difference = _first_difference(stored, recomputed, where)
+        difference = first_difference(stored, recomputed, where)
         if difference:
             raise PromotionRefused(f"{difference}: the stored decision does not follow from its embedded aggregates")
 
@@ -233,20 +233,20 @@ def _check_aggregate(agg: Mapping[str, Any], where: str) -> None:
         raise PromotionRefused(f"{where}.resolved: exceeds valid_runs")
 
 
-def _first_difference(stored: Any, expected: Any, path: str) -> str | None:
+def first_difference(stored: Any, expected: Any, path: str) -> str | None:
     """The path of the first place two JSON values differ, so a refusal can name the field."""
     if isinstance(stored, dict) and isinstance(expected, dict):
         for key in sorted(set(stored) | set(expected)):
             where = f"{path}.{key}" if key.isidentifier() else f"{path}[{key!r}]"
             if key not in stored or key not in expected:
                 return where
-            difference = _first_difference(stored[key], expected[key], where)
+            difference = first_difference(stored[key], expected[key], where)
             if difference:
                 return difference
         return None
     if isinstance(stored, list) and isinstance(expected, list):
         for i, (a, b) in enumerate(zip(stored, expected)):
-            difference = _first_difference(a, b, f"{path}[{i}]")
+            difference = first_difference(a, b, f"{path}[{i}]")
             if difference:
                 return difference
         return None if len(stored) == len(expected) else f"{path}[{min(len(stored), len(expected))}]"
