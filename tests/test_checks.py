@@ -4,7 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from skillevo.bench.checks import NO_REPORT, Oracle, interpreter_env, oracle_env, read_report
+from skillevo.bench.checks import (
+    NO_REPORT,
+    Oracle,
+    interpreter_env,
+    oracle_env,
+    read_report,
+)
 
 BOUND = ["test_greet_oracle::test_hello", "test_greet_oracle.TestShape::test_type"]
 
