@@ -73,8 +73,21 @@ class ProposeParams:
 
 
 @dataclass(frozen=True)
-class BenchParams:
+class SimulatorParams:
+    noise: str  # none | demo | realistic (skillevo.simulator.noise)
+    seed: int
+
+
+@dataclass(frozen=True)
+class SamplingParams:
     runs: int
+    replicate: int
+    prior_log_sd: float
+    power: float
+
+
+@dataclass(frozen=True)
+class BenchParams:
     workers: int
     executor: str  # local | ray
     ray_address: str | None
@@ -125,6 +138,8 @@ class Params:
     arms: Mapping[str, Arm]
     bench: BenchParams
     gate: Policy
+    simulator: SimulatorParams
+    sampling: SamplingParams
     notes: tuple[str, ...] = ()  # warnings worth printing (a short model id, a deprecated model)
 
     @property
@@ -219,6 +234,8 @@ def parse(doc: Any, source: str = "params.yaml", *, today: date | None = None) -
         arms=MappingProxyType(arms),
         bench=_typed(BenchParams, {**filled["bench"], "limits": Limits(**filled["bench"]["limits"])}),
         gate=_typed(Policy, filled["gate"]),
+        simulator=_typed(SimulatorParams, filled["simulator"]),
+        sampling=_typed(SamplingParams, filled["sampling"]),
         notes=tuple(notes),
     )
 

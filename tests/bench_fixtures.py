@@ -68,7 +68,8 @@ def make_mini(root: Path) -> Path:
 def params_doc(runs: int = 1, workers: int = 2, **sections: dict) -> dict:
     """The project's params.yaml as a document, with runs, workers and whole sections changed."""
     doc = yaml.safe_load((ROOT / "params.yaml").read_text())
-    doc["bench"].update(runs=runs, workers=workers)
+    doc["bench"].update(workers=workers)
+    doc.setdefault("sampling", {}).update(runs=runs)
     for name, values in sections.items():
         doc[name] = {**doc.get(name, {}), **values}
     return doc

@@ -43,7 +43,7 @@ def test_every_default_comes_from_the_schema():
 def test_sections_are_frozen():
     params = config.parse({"arms": ARMS}, today=TODAY)
     with pytest.raises(dataclasses.FrozenInstanceError):
-        params.bench.runs = 10  # type: ignore[misc]
+        params.sampling.runs = 10  # type: ignore[misc]
     with pytest.raises(TypeError):
         params.arms["b"] = params.arms["a"]  # type: ignore[index]
 

@@ -193,7 +193,7 @@ def test_evolve_stops_after_two_keep_incumbent_generations_with_the_first_as_evi
     for rel in ("skills/work/SKILL.md", ".claude/skills/work/SKILL.md"):  # an incumbent the simulator cannot improve
         (clone / rel).write_text(better)
     doc = yaml.safe_load((clone / "params.yaml").read_text())
-    doc["bench"]["runs"], doc["gate"]["min_runs"] = 1, 1  # mechanics, not statistics: keep CI short
+    doc["sampling"]["runs"], doc["gate"]["min_runs"] = 1, 1  # mechanics, not statistics: keep CI short
     (clone / "params.yaml").write_text(yaml.safe_dump(doc, sort_keys=False))
     run(["git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qam", "an unimprovable incumbent"], clone)
     out = make(clone, "evolve", "GENERATIONS=2")

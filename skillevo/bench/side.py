@@ -76,7 +76,7 @@ def plan(side: str, tasks_file: Path, skills_dir: Path, overlay_dir: Path | None
         if not arm_list:
             raise BadInput(f"{overlay_dir}: the overlay touches {sorted(touched)}, which no arm uses (rule: required arms)")
         overlay_digest = framed_digest(files.items())
-    return SidePlan(side, tasks_file, family, files, chosen, skipped, arm_list, params.bench.runs,
+    return SidePlan(side, tasks_file, family, files, chosen, skipped, arm_list, params.sampling.runs,
                     framed_digest(family.items()), overlay_digest)
 
 
