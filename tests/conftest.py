@@ -76,12 +76,13 @@ def session_processes(*markers: str) -> list[str]:
 
 @pytest.fixture(scope="session")
 def demo_incumbent(tmp_path_factory) -> tuple[Path, list[dict]]:
-    """The demo's incumbent side with one run per arm: (its directory, its rows). Costs ~15 s, paid once."""
+    """The demo's incumbent side with one run per arm, without noise (every run exact): (its directory, its rows).
+    Costs ~15 s, paid once."""
     from skillevo.bench.side import plan, run_side
     from tests.bench_fixtures import ROOT, params
 
     out = tmp_path_factory.mktemp("demo-incumbent") / "bench-incumbent"
-    p = params(runs=1)
+    p = params(runs=1, simulator={"noise": "none"})
     tasks = ROOT / "tasks/tasks.yaml"
     rows = run_side(plan("incumbent", tasks, ROOT / "skills", None, p), p, out, quiet=True)
     return out, rows

@@ -10,7 +10,9 @@ Debian's python3, as in the sandbox. Required outcomes:
 - known-better (the wasteful line removed): the same outcomes, one step fewer per work session;
 - known-worse (the necessary line removed): verify still passes everywhere, the oracle fails on every
   task whose edge case matters (at least two) and passes on the trivial ones;
-- the plan skill's text changes nothing.
+- the plan skill's text changes nothing;
+- every task's mistake variant (what a noisy simulated agent does when it slips, with the incumbent skills)
+  passes verify and fails the oracle.
 
 Verify and the oracle run once per distinct resulting workspace (identical bytes, identical command), in
 parallel, which keeps the whole file to a few seconds.
@@ -270,12 +272,12 @@ def _check(task: dict, root: Path, *, verify: bool = True) -> tuple[int | None, 
 
 
 def _play(task: dict, pb: playbook.Task, book: playbook.Playbook, variant: str, work_text: str, arm: str,
-          plan_text: str, root: Path) -> Cell:
+          plan_text: str, root: Path, mistake: bool = False) -> Cell:
     ws = root / "ws"
     shutil.copytree(TASKS_DIR / task["target"], ws)
     counts, verified = {}, False
     for skill, _template in ARMS[arm]:  # one session per skill, each with its own Read history
-        steps = book.steps(pb, skill, plan_text if skill == "plan" else work_text)
+        steps = book.steps(pb, skill, plan_text if skill == "plan" else work_text, mistake)
         counts[skill] = len(steps)
         verified = _apply(steps, ws, task["verify"], _env(root)) or verified
     return Cell(task["id"], variant, arm, counts, verified, _tree_digest(ws),
@@ -300,10 +302,10 @@ def played(tasks, book, skill_texts, tmp_path_factory) -> Played:
     plan_text = (ROOT / "skills/plan/SKILL.md").read_text(encoding="utf-8")
     cells, first = {}, {}
     for pb in book.tasks:
-        for variant, text in skill_texts.items():
+        for variant, text in [*skill_texts.items(), ("mistake", skill_texts["incumbent"])]:
             for arm in ARMS:
                 root = tmp_path_factory.mktemp(f"{pb.id}-{variant}-{arm}")
-                cell = _play(tasks[pb.id], pb, book, variant, text, arm, plan_text, root)
+                cell = _play(tasks[pb.id], pb, book, variant, text, arm, plan_text, root, variant == "mistake")
                 cells[(pb.id, variant, arm)] = cell
                 first.setdefault((pb.id, cell.tree), root)
     pristine_roots = {}
@@ -359,6 +361,15 @@ def test_known_worse_passes_verify_but_fails_the_oracle_where_edge_cases_matter(
     for (task, v, _arm), cell in cells.items():  # both arm shapes agree
         if v == "known-worse":
             assert (cell.oracle != 0) == (task in failing)
+
+
+def test_every_mistake_variant_passes_verify_but_fails_the_oracle(cells, book):
+    assert all(pb.has_mistake for pb in book.tasks)
+    for (task, v, arm), cell in cells.items():
+        if v == "mistake":
+            assert cell.verify == 0, f"{task}/{arm}: verify failed\n{cell.outputs}"
+            assert cell.oracle != 0, f"{task}/{arm}: the mistake passes the oracle\n{cell.outputs}"
+            assert cell.steps["work"] == cells[(task, "incumbent", arm)].steps["work"]
 
 
 def test_step_counts(cells, book):

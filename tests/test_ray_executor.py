@@ -308,7 +308,9 @@ def _shape(out: Path, rows: list[dict]) -> set[str]:
 def test_demo_side_on_ray_equals_the_local_executor(cluster, demo_incumbent, tmp_path):
     local_out, local_rows = demo_incumbent
     out = tmp_path / "ray"
-    p = _ray_params(cluster)
+    doc = _ray_doc(cluster)
+    doc["simulator"]["noise"] = "none"  # as demo_incumbent ran
+    p = config.parse(doc)
     with SocketWatch(cluster.temp_dir) as watch:
         rows = run_side(plan("incumbent", TASKS, ROOT / "skills", None, p), p, out,
                         quiet=True, scratch_root=_scratch(tmp_path))  # bench.executor: ray: the Ray executor

@@ -23,6 +23,11 @@ def _spec(ws: Path, tmp: Path, url: str, name: str = "s", **kw) -> SessionSpec:
                        timeout_s=kw.pop("timeout_s", 90), max_retries=0, **kw)
 
 
+def _prompt_tokens(record: dict) -> int:
+    """Every input token the session sent, cached or not."""
+    return record["input_tokens"] + record["cache_creation_input_tokens"] + record["cache_read_input_tokens"]
+
+
 def _result_event(record: dict, tmp: Path) -> dict:
     data = read_artifact(record["transcript"], tmp / "transcripts")
     return [json.loads(line) for line in data.splitlines() if json.loads(line)["type"] == "result"][0]
@@ -44,7 +49,8 @@ def test_session_invokes_skill_edits_and_measures(book, workspace, tmp_path):
     assert record["session_id"] == result["session_id"]
     usage = {f: record[f] for f in ("input_tokens", "output_tokens", "cache_creation_input_tokens",
                                     "cache_read_input_tokens")}
-    assert models.price(usage, record["model"]) == record["cost_usd"]  # the pinned price table is the CLI's own
+    assert models.price(usage, record["model"]) == round(record["cost_usd"], 6)  # the pinned prices are the CLI's own
+    assert record["cache_read_input_tokens"] > record["cache_creation_input_tokens"] > record["input_tokens"]
     assert not session_processes()
 
 
@@ -57,7 +63,7 @@ def test_longer_skill_costs_more_input_tokens(book, tmp_path):
     short, long = records
     assert short["ok"] and long["ok"]
     assert short["num_turns"] == long["num_turns"]
-    assert long["input_tokens"] > short["input_tokens"]
+    assert _prompt_tokens(long) > _prompt_tokens(short)
     assert long["cost_usd"] > short["cost_usd"]
 
 

@@ -92,6 +92,7 @@ def test_conversation_reads_loaded_skill_text():
     (lambda d: d["tasks"].append(copy.deepcopy(d["tasks"][0])), "defined twice"),
     (lambda d: d["tasks"][0]["sessions"]["work"].append({"read": "../etc/passwd"}), "read"),
     (lambda d: d.update(extra=1), "Additional properties"),
+    (lambda d: d["tasks"][0]["sessions"]["work"].append({"mistake": "sometimes", "bash": "x"}), "sessions"),
 ])
 def test_bad_playbooks_are_refused_with_the_rule(mutate, message):
     doc = copy.deepcopy(PLAYBOOK)

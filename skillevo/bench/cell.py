@@ -34,6 +34,7 @@ from skillevo.limits import Limits
 from skillevo.models import Model
 from skillevo.redact import redact_text
 from skillevo.sandbox import SandboxSpec
+from skillevo.simulator.noise import route
 from skillevo.tasks import Task
 
 TAIL = 2000
@@ -140,6 +141,14 @@ def _add_session(row: dict[str, Any], artifacts: dict[str, bytes], rec: dict[str
     row["transcripts"].append({**meta, "path": f"transcripts/{meta['path']}"})
 
 
+def _endpoint(spec: CellSpec, session: int) -> str:
+    """The session's base URL; on the simulator it names the cell and session (which seeds the session's noise),
+    set here on the host, out of the agent's reach."""
+    if not spec.model.simulated:
+        return spec.model.endpoint
+    return spec.model.endpoint.rstrip("/") + route(spec.task.id, spec.arm.name, spec.run, session)
+
+
 def _sessions(spec: CellSpec, ws: Path, row: dict, artifacts: dict, api_key: str | None,
               cancel: threading.Event | None) -> None:
     """Every session of the arm, in order, whatever the earlier ones did; the first failure names the row."""
@@ -154,7 +163,7 @@ def _sessions(spec: CellSpec, ws: Path, row: dict, artifacts: dict, api_key: str
             with _Timer(row, "sessions_s"):
                 rec = run_session(SessionSpec(
                     prompt=session.prompt.format(prompt=spec.task.prompt), workspace=ws, model=spec.model.name,
-                    endpoint=spec.model.endpoint, api_key=api_key, expected_skill=session.skill,
+                    endpoint=_endpoint(spec, i + 1), api_key=api_key, expected_skill=session.skill,
                     transcript_dir=Path(tdir), transcript_name=f"{spec.name}-s{i + 1}-{session.skill}",
                     timeout_s=spec.task.timeout_s, max_retries=spec.max_retries, effort=spec.model.effort,
                     cancel=cancel, limits=spec.limits))

@@ -35,11 +35,15 @@ def render(provenance: dict[str, Any], rows: list[dict[str, Any]]) -> str:
     if m["simulated"]:
         lines += ["**SIMULATED**: these sessions ran the real Claude Code CLI against skillevo's offline simulator, "
                   "not a model. Costs are what the CLI computed from simulated usage.", ""]
+    sim = provenance["simulator"]
+    noise = f"`{sim['noise']}` noise, seed {sim['seed']}; " if sim else ""
     served = provenance["served_models"]
     lines += [f"- model: `{m['name']}` via `{m['backend']}`; effort: {provenance['effort'] or 'default'}",
               f"- served by the API as: {', '.join(f'`{s}`' for s in served) or 'nothing (no session got an answer)'}"
               + (" — **more than one model served this side**" if len(served) > 1 else ""),
               f"- runs per arm: {provenance['runs']}; cells: {provenance['rows']} of {provenance['cells']} planned",
+              f"- simulator: {noise}replicate {provenance['replicate']}" if sim else
+              f"- replicate: {provenance['replicate']}",
               f"- arms: {', '.join(a['name'] for a in provenance['arms'])}",
               f"- skipped tasks: {skipped or 'none'}",
               "", "| task | class | arm | resolved | cost $ | input tok | output tok | turns | wall s | churn | errors |",
@@ -55,8 +59,8 @@ def render(provenance: dict[str, Any], rows: list[dict[str, Any]]) -> str:
     if alarms:
         lines += ["## Contamination alarm", ""]
         if m["simulated"]:
-            lines += ["(The simulated agent is deterministic, so identical patches across arms are expected here; "
-                      "with a real model they suggest that workspaces leaked between cells.)", ""]
+            lines += ["(The simulated agent follows the same playbook in every arm, so identical patches across arms "
+                      "are expected here; with a real model they suggest that workspaces leaked between cells.)", ""]
         lines += [f"- {a}" for a in alarms] + [""]
     return "\n".join(lines)
 

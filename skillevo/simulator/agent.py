@@ -4,6 +4,9 @@ Modes (chosen per session by the base URL path, see server.py):
   normal    follow the playbook: invoke the requested skill, then the task's steps for that skill
   no-skill  do the task's steps but never invoke the skill (the skill text is then never seen)
   escape    an adversarial agent that tries to leave its sandbox through real tool calls
+
+A session's noise (skillevo.simulator.noise) varies the first two as a real agent varies: prose before each
+tool call, extra exploratory calls on files the task reads, now and then a mistake or a skipped skill.
 """
 
 from __future__ import annotations
@@ -15,7 +18,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from skillevo.simulator.conversation import Conversation
-from skillevo.simulator.playbook import Playbook, Step
+from skillevo.simulator.noise import NONE, SessionNoise
+from skillevo.simulator.playbook import Playbook, Step, Task
 
 ToolUse = tuple[str, dict[str, Any]]  # (tool name, input)
 
@@ -54,30 +58,75 @@ def _tool_for(step: Step, cwd: str) -> ToolUse | None:
     return None
 
 
-def _follow(steps: list[Step], index: int, cwd: str, done: str) -> Reply:
+QUIET = SessionNoise(NONE, ())  # no noise at all: every run identical
+_FILLER = ("Checking how this fits the rest of the code before going on; ", "the change should stay small and "
+           "in the style around it, and the tests must still pass afterwards. ")
+
+
+def _narrate(chars: int, what: str) -> str | None:
+    """Prose of about `chars` characters before a tool call, as a model writes it (None when there is none)."""
+    if chars <= 0:
+        return None
+    text = f"Next: {what}. "
+    while len(text) < chars:
+        text += "".join(_FILLER)
+    return text[:chars].rstrip() or None
+
+
+def _explore(task: Task, skill: str, noise: SessionNoise, steps: list[Step]) -> list[Step]:
+    """`steps` with the session's extra exploratory calls inserted: real Read/Bash calls on files the task's
+    playbook reads (so they exist), at positions, on files and of kinds drawn from the session's noise."""
+    n = noise.extra_calls
+    if not n:
+        return steps
+    files = sorted({s.arg for s in task.sessions.get(skill, ()) if s.kind == "read"})
+    extras = []
+    for i in range(n):
+        path = files[noise.pick("extra-file", i, len(files))] if files else None
+        kind = noise.pick("extra-kind", i, 4) if path else 2
+        q = shlex.quote(path or ".")
+        step = (Step("read", path) if kind == 0 else
+                Step("bash", f"grep -n 'def ' {q} || true") if kind == 1 else
+                Step("bash", f"ls -la {shlex.quote(posixpath.dirname(path or '') or '.')}") if kind == 2 else
+                Step("bash", f"head -n 40 {q}"))
+        extras.append((noise.pick("extra-position", i, len(steps) + 1), i, step))
+    out = list(steps)
+    for position, _, step in sorted(extras, reverse=True):
+        out.insert(position, step)
+    return out
+
+
+def _follow(steps: list[Step], index: int, cwd: str, done: str, noise: SessionNoise) -> Reply:
     for step in steps[index:index + 1]:
         tool = _tool_for(step, cwd)
-        return Reply(tool=tool) if tool else Reply(text=step.arg)
-    return Reply(text=done)
+        if tool is None:
+            return Reply(text=step.arg)
+        target = step.arg if isinstance(step.arg, str) else step.arg["path"]
+        return Reply(text=_narrate(noise.narration_chars, f"{tool[0]} {target}"), tool=tool)
+    summary = _narrate(noise.narration_chars, "a short summary of the change")
+    return Reply(text=done if summary is None else f"{done} {summary}")
 
 
-def normal(conv: Conversation, book: Playbook) -> Reply:
+def normal(conv: Conversation, book: Playbook, noise: SessionNoise = QUIET) -> Reply:
     skill = conv.requested_skill
     task = book.task_for(conv.prompt)
     if skill is None or task is None:
         return Reply(text="I could not match this request to a task I know how to do.")
+    if noise.skips_skill:
+        return no_skill(conv, book, noise)
     if conv.turns == 0:
-        return Reply(tool=("Skill", {"skill": skill}))
-    steps = book.steps(task, skill, conv.skills.get(skill, ""))
-    return _follow(steps, conv.turns - 1, conv.cwd, f"Finished {task.id} with the {skill} skill.")
+        return Reply(text=_narrate(noise.narration_chars, f"load the {skill} skill"), tool=("Skill", {"skill": skill}))
+    steps = _explore(task, skill, noise, book.steps(task, skill, conv.skills.get(skill, ""), noise.mistake))
+    return _follow(steps, conv.turns - 1, conv.cwd, f"Finished {task.id} with the {skill} skill.", noise)
 
 
-def no_skill(conv: Conversation, book: Playbook) -> Reply:
+def no_skill(conv: Conversation, book: Playbook, noise: SessionNoise = QUIET) -> Reply:
     skill = conv.requested_skill
     task = book.task_for(conv.prompt)
     if skill is None or task is None:
         return Reply(text="Nothing to do.")
-    return _follow(book.steps(task, skill, ""), conv.turns, conv.cwd, f"Finished {task.id} without the skill.")
+    steps = _explore(task, skill, noise, book.steps(task, skill, "", noise.mistake))
+    return _follow(steps, conv.turns, conv.cwd, f"Finished {task.id} without the skill.", noise)
 
 
 def escape_script(conv: Conversation, t: EscapeTargets) -> list[ToolUse]:

@@ -1,7 +1,9 @@
 """What the simulated agent can know: only the Messages API request the CLI sent.
 
-The simulator keeps no per-session state; every decision is a pure function of the request, which is
-what makes it deterministic and lets several sessions share one server.
+Every decision of the simulated agent is a pure function of the request and its session's noise draws,
+which is what makes it deterministic and lets several sessions share one server. The server's only
+per-session state (what the session wrote to the prompt cache, how often a request was refused as
+overloaded) shapes usage and faults, never what the agent does.
 """
 
 from __future__ import annotations

@@ -3,6 +3,9 @@
 A playbook lists the tool calls a competent agent makes for a task, per skill it was asked to use.
 Steps may depend on an *instruction* — a phrase the simulator looks for in the skill text the CLI
 actually sent — so that editing a skill really changes what the agent does and what it costs.
+A step may also say `mistake: true` (taken only when the agent slips, at the noise profile's rate) or
+`mistake: false` (taken only when it does not): a task's mistake variant, a plausible change that passes
+the visible check but not the hidden oracle (skillevo/simulator/noise.py).
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ class Step:
     arg: Any
     when: str | None = None
     unless: str | None = None
+    mistake: bool | None = None  # None: taken either way
 
 
 @dataclass(frozen=True)
@@ -38,6 +42,11 @@ class Task:
     id: str
     match: str
     sessions: dict[str, tuple[Step, ...]]
+
+    @property
+    def has_mistake(self) -> bool:
+        """Whether the task declares a mistake variant (some step keyed on `mistake`)."""
+        return any(s.mistake is not None for steps in self.sessions.values() for s in steps)
 
 
 @dataclass(frozen=True)
@@ -49,13 +58,14 @@ class Playbook:
         """The first task whose match string occurs in the prompt."""
         return next((t for t in self.tasks if t.match in prompt), None)
 
-    def steps(self, task: Task, skill: str, skill_text: str) -> list[Step]:
-        """The steps a session that invoked `skill` takes, given the skill text it read."""
+    def steps(self, task: Task, skill: str, skill_text: str, mistake: bool = False) -> list[Step]:
+        """The steps a session that invoked `skill` takes, given the skill text it read and whether it slips."""
         present = {i for i, ins in self.instructions.items() if ins.present_in(skill_text)}
         return [
             s
             for s in task.sessions.get(skill, ())
             if (s.when is None or s.when in present) and (s.unless is None or s.unless not in present)
+            and (s.mistake is None or s.mistake == mistake)
         ]
 
 
@@ -85,7 +95,7 @@ def parse(doc: Any, source: str | Path) -> Playbook:
                             f"unknown instruction {raw[key]!r} (rule: steps name declared instructions)"
                         )
                 kind = next(k for k in _KINDS if k in raw)
-                steps.append(Step(kind, raw[kind], raw.get("when"), raw.get("unless")))
+                steps.append(Step(kind, raw[kind], raw.get("when"), raw.get("unless"), raw.get("mistake")))
             sessions[skill] = tuple(steps)
         tasks.append(Task(t["id"], t["match"], sessions))
     return Playbook(instructions, tuple(tasks))

@@ -20,7 +20,8 @@ MARKER = "SKILLEVO-ANALYSIS "
 REMOVED = "Instruction removed: "
 
 # Runs inside the proposer's sandbox: sums, per instruction, the tokens of the turns whose tool call
-# matches one of that instruction's steps, and prints one small JSON line.
+# matches one of that instruction's steps (every input token, cached or not, and the output), and prints one
+# small JSON line.
 _ANALYSIS = r'''
 import json, os, sys
 sigs = json.loads(sys.argv[1])
@@ -58,7 +59,8 @@ for row in rows:
             if not isinstance(m, dict):
                 continue
             u = m.get("usage") or {}
-            tokens = (u.get("input_tokens") or 0) + (u.get("output_tokens") or 0)
+            tokens = sum(u.get(k) or 0 for k in ("input_tokens", "output_tokens", "cache_creation_input_tokens",
+                                                 "cache_read_input_tokens"))
             for b in m.get("content") or []:
                 if not isinstance(b, dict) or b.get("type") != "tool_use":
                     continue

@@ -2,45 +2,53 @@
 
 It serves POST /v1/messages (SSE streaming and plain JSON) and /v1/messages/count_tokens on 127.0.0.1,
 with usage computed from the real sizes of the request and the reply, so a longer skill or a longer
-conversation costs more. A base URL of the form http://127.0.0.1:<port>/mode/<mode> selects a behaviour
-or a fault for one session; see MODES. Everything it produces is simulated and is labelled so upstream.
+conversation costs more, and split by prompt caching as the API reports it (cache.py). A base URL of the
+form http://127.0.0.1:<port>/mode/<mode> selects a behaviour or a fault for one session (see MODES);
+/cell/<key> (noise.route) names the cell and session a request belongs to, which fixes its noise
+(noise.py). Everything it produces is simulated and is labelled so upstream.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-import math
 import os
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import urlsplit
 
-from skillevo.simulator import agent, conversation
+from skillevo.simulator import agent, conversation, noise
 from skillevo.simulator.agent import EscapeTargets, Reply
+from skillevo.simulator.cache import PromptCache, tokens
+from skillevo.simulator.noise import Noise
 from skillevo.simulator.playbook import Playbook
 
 SESSION_LOG_ENV = "SKILLEVO_SIMULATOR_SESSION_LOG"
 MODES = ("normal", "no-skill", "escape", "overloaded", "server-error", "truncated", "hang")
-BYTES_PER_TOKEN = 4
-
-
-def tokens(n_bytes: int) -> int:
-    return max(1, math.ceil(n_bytes / BYTES_PER_TOKEN))
+NOISY = ("normal", "no-skill")  # the modes the noise profile varies (faults and roles stay exact)
 
 
 class Simulator:
-    """Start with `with Simulator(playbook) as sim:` and point sessions at `sim.url(mode)`."""
+    """Start with `with Simulator(playbook) as sim:` and point sessions at `sim.url(mode)`.
+
+    `noise` (default: none) varies sessions seeded by the cell route in their base URL; `max_retries` is what
+    the CLI retries (params bench.max_retries), so a simulated overload never fails a request more often.
+    """
 
     def __init__(self, playbook: Playbook, *, api_key: str | None = None, escape: EscapeTargets | None = None,
-                 responders: dict[str, Any] | None = None) -> None:
+                 responders: dict[str, Any] | None = None, noise: Noise | None = None, max_retries: int = 2) -> None:
         self.playbook = playbook
         self.api_key = api_key
         self.escape = escape
         self.responders = dict(responders or {})  # extra modes (e.g. the proposer role), mode -> fn(conv, body)
+        self.noise = noise or Noise()
+        self.max_retries = max_retries
+        self.cache = PromptCache()
         self._lock = threading.Lock()
         self._sessions: dict[str, str] = {}  # CLI session id -> mode
+        self._overloads: dict[tuple[str, str | None, int], int] = {}  # request -> 529s answered so far
+        self.overloads = 0
         self.requests = 0
         self.stopping = threading.Event()
         self._server: ThreadingHTTPServer | None = None
@@ -70,10 +78,11 @@ class Simulator:
         assert self._server, "simulator not started"
         return self._server.server_address[1]
 
-    def url(self, mode: str = "normal") -> str:
+    def url(self, mode: str = "normal", cell: str | None = None) -> str:
+        """The base URL of a session in `mode`; `cell` is noise.route(...) of the cell and session, if any."""
         if mode not in MODES and mode not in self.responders:
             raise ValueError(f"unknown simulator mode {mode!r}; known: {', '.join(MODES + tuple(self.responders))}")
-        base = f"http://127.0.0.1:{self.port}"
+        base = f"http://127.0.0.1:{self.port}{cell or ''}"
         return base if mode == "normal" else f"{base}/mode/{mode}"
 
     def sessions(self) -> dict[str, str]:
@@ -82,15 +91,27 @@ class Simulator:
             return dict(self._sessions)
 
     # behaviour -------------------------------------------------------------------------------
-    def reply(self, mode: str, body: dict[str, Any]) -> Reply:
+    def reply(self, mode: str, body: dict[str, Any], cell: str = "") -> Reply:
         conv = conversation.parse(body)
         if mode in self.responders:
             return self.responders[mode](conv, body)
         if mode == "no-skill":
-            return agent.no_skill(conv, self.playbook)
+            return agent.no_skill(conv, self.playbook, self.noise.session(cell))
         if mode == "escape":
             return agent.escape(conv, self.escape)
-        return agent.normal(conv, self.playbook)
+        return agent.normal(conv, self.playbook, self.noise.session(cell))
+
+    def overloaded(self, cell: str, session_id: str | None, body: dict[str, Any]) -> bool:
+        """Whether to answer this attempt 529. A request is its session and its place in the conversation, so
+        the CLI's retry of it is the same request; it is never refused more than max_retries times."""
+        request = len(body.get("messages") or [])
+        with self._lock:
+            attempt = self._overloads.get((cell, session_id, request), 0)
+            if attempt >= self.max_retries or not self.noise.session(cell).overloaded(request, attempt):
+                return False
+            self._overloads[(cell, session_id, request)] = attempt + 1
+            self.overloads += 1
+            return True
 
     def _seen(self, session_id: str | None, mode: str) -> None:
         with self._lock:
@@ -102,11 +123,13 @@ class Simulator:
                         log.write(f"{session_id} {mode}\n")
 
 
-def _message(body: dict[str, Any], raw_len: int, reply: Reply) -> dict[str, Any]:
+def _message(body: dict[str, Any], raw_len: int, reply: Reply, usage: dict[str, int]) -> dict[str, Any]:
+    """The assistant message for `reply`; `usage` is the request's input split (PromptCache.usage)."""
     if reply.tool:
         name, tool_input = reply.tool
         tool_id = "toolu_sim_" + hashlib.sha256(json.dumps([raw_len, name, tool_input], sort_keys=True).encode()).hexdigest()[:20]
-        content = [{"type": "tool_use", "id": tool_id, "name": name, "input": tool_input}]
+        content = [{"type": "text", "text": reply.text}] if reply.text else []
+        content.append({"type": "tool_use", "id": tool_id, "name": name, "input": tool_input})
         stop = "tool_use"
     else:
         content = [{"type": "text", "text": reply.text or ""}]
@@ -120,12 +143,7 @@ def _message(body: dict[str, Any], raw_len: int, reply: Reply) -> dict[str, Any]
         "content": content,
         "stop_reason": stop,
         "stop_sequence": None,
-        "usage": {
-            "input_tokens": tokens(raw_len),
-            "output_tokens": tokens(len(json.dumps(content))),
-            "cache_creation_input_tokens": 0,
-            "cache_read_input_tokens": 0,
-        },
+        "usage": {**usage, "output_tokens": tokens(len(json.dumps(content)))},
     }
 
 
@@ -156,13 +174,14 @@ class _Handler(BaseHTTPRequestHandler):
 
     do_HEAD = do_GET
 
-    def _route(self) -> tuple[str, str]:
-        path = urlsplit(self.path).path
-        mode = "normal"
-        if path.startswith("/mode/"):
-            _, _, mode, rest = path.split("/", 3)
-            path = "/" + rest
-        return mode, path
+    def _route(self) -> tuple[str, str | None, str]:
+        """(mode, cell key, API path) from [/cell/<key>][/mode/<mode>]/v1/... (either prefix optional, in either
+        order); a cell segment that is not a key gives None (refused)."""
+        path, found = urlsplit(self.path).path, {"mode": "normal", noise.ROUTE: ""}
+        while len(parts := path.split("/", 3)) == 4 and parts[0] == "" and parts[1] in found:
+            found[parts[1]], path = parts[2], "/" + parts[3]
+        cell = found[noise.ROUTE]
+        return found["mode"], (cell if cell == "" or noise.KEY.match(cell) else None), path
 
     def _authorized(self) -> bool:
         key = self.sim.api_key
@@ -174,7 +193,7 @@ class _Handler(BaseHTTPRequestHandler):
     def do_POST(self) -> None:
         length = int(self.headers.get("content-length") or 0)
         raw = self.rfile.read(length)
-        mode, path = self._route()
+        mode, cell, path = self._route()
         if not self._authorized():
             return self._error(401, "authentication_error", "invalid x-api-key")
         try:
@@ -187,7 +206,12 @@ class _Handler(BaseHTTPRequestHandler):
             return self._error(404, "not_found_error", f"simulator: no route for POST {path}")
         if mode not in MODES and mode not in self.sim.responders:
             return self._error(400, "invalid_request_error", f"unknown simulator mode {mode}")
-        self.sim._seen(self.headers.get("x-claude-code-session-id"), mode)
+        if cell is None:
+            return self._error(400, "invalid_request_error", "a cell route is /cell/<32 hex digits>")
+        session_id = self.headers.get("x-claude-code-session-id")
+        self.sim._seen(session_id, mode)
+        if mode in NOISY and self.sim.overloaded(cell, session_id, body):
+            return self._error(529, "overloaded_error", "Overloaded (simulated, seeded)")
         if mode == "overloaded":
             return self._error(529, "overloaded_error", "Overloaded (simulated)")
         if mode == "server-error":
@@ -195,7 +219,8 @@ class _Handler(BaseHTTPRequestHandler):
         if mode == "hang":
             self.sim.stopping.wait()
             return None
-        message = _message(body, len(raw), self.sim.reply(mode, body))
+        reply = self.sim.reply(mode, body, cell)
+        message = _message(body, len(raw), reply, self.sim.cache.usage((cell, session_id), body, len(raw)))
         if not body.get("stream"):
             if mode == "truncated":  # promise the whole body, send half, hang up
                 data = json.dumps(message).encode()
