@@ -15,7 +15,7 @@ export PATH := $(abspath $(VENV))/bin:$(PATH)
 export SKILLEVO_CLAUDE := $(abspath $(CLAUDE_BIN))
 export DVC_NO_ANALYTICS := 1
 
-.PHONY: setup system-packages demo repro apply revert evolve report push pull session-demo test bench-session bench-cells bench-pipeline clean
+.PHONY: setup system-packages demo repro apply revert evolve report push pull session-demo test bench-session bench-cells bench-pipeline gate-study clean
 setup: system-packages $(INSTALLED) $(CLAUDE_BIN)
 
 # bwrap, socat (the model relay and Claude's inner sandbox), git, and Debian's python3 with pytest (what
@@ -54,6 +54,8 @@ $(CLAUDE_BIN):
 
 DVC := $(VENV)/bin/dvc
 GENERATIONS ?= 1
+# evolve and the gate study run the simulator with realistic noise; the demo keeps its mild profile
+NOISE ?= realistic
 
 # One simulated generation: dvc repro, then the decision and where to read it.
 demo: setup
@@ -70,7 +72,7 @@ revert: setup
 	$(PY) -m stages.apply --revert
 
 evolve: setup
-	$(PY) -m skillevo.generations evolve --generations $(GENERATIONS) --dvc $(DVC)
+	$(PY) -m skillevo.generations evolve --generations $(GENERATIONS) --dvc $(DVC) --noise $(NOISE)
 
 report: setup
 	@$(PY) -m skillevo.generations report
@@ -93,6 +95,10 @@ bench-session: setup
 
 bench-pipeline: setup
 	$(PY) -m benchmarks.pipeline_walls
+
+# The gate's error rates by simulation (docs/gate.md): DECISIONS per cell (default 2000); fails when a target is missed.
+gate-study: setup
+	$(PY) -m benchmarks.gate_study --check $(if $(DECISIONS),--decisions $(DECISIONS))
 
 bench-cells: setup
 	$(PY) -m benchmarks.bench_cells $(if $(EXECUTOR),--executor $(EXECUTOR))

@@ -9,6 +9,7 @@ any other way.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, fields
 from datetime import date, datetime, timezone
@@ -16,7 +17,9 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any, TypeVar
 
-from skillevo import documents, layout, models
+import yaml
+
+from skillevo import documents, layout, models, safefs
 from skillevo.arms import Arm, Session
 from skillevo.errors import BadInput
 from skillevo.limits import Limits
@@ -53,6 +56,9 @@ class SkillsParams:
 @dataclass(frozen=True)
 class TasksParams:
     target_roots: tuple[str, ...]
+    gate: tuple[str, ...]  # skillevo.tasks.split reads these three
+    evidence: tuple[str, ...]
+    shared: bool
 
 
 @dataclass(frozen=True)
@@ -102,21 +108,26 @@ class BenchParams:
 
 @dataclass(frozen=True)
 class Policy:
-    """The gate's policy (`gate:`). Bound whole into promotion.json, so apply sees exactly what the gate saw.
+    """The gate's policy (`gate:`). Bound whole into promotion.json, so apply sees exactly what the gate saw."""
 
-    bootstrap_seed and bootstrap_resamples only shape the reported interval; the decision never reads them.
-    """
-
+    policy: str  # stratified | seed
     metric: str
     min_runs: int
+    alpha: float
     min_improvement_pct: float
+    quality_alpha: float
+    max_resolution_drop_pct: float
+    quality_promotion_alpha: float
     max_task_regression_pct: float
     max_failed_task_regression_pct: float
     min_gated_task_ratio: float
     resolution_margin: int
     max_age_days: int
-    bootstrap_seed: int
-    bootstrap_resamples: int
+
+    @property
+    def cost_alpha(self) -> float:
+        """The level the metric is tested at: alpha less the part reserved for promotions on resolution alone."""
+        return self.alpha - self.quality_promotion_alpha
 
     @classmethod
     def from_dict(cls, values: Mapping[str, Any], source: str = "gate policy") -> Policy:
@@ -187,7 +198,16 @@ def section(cls: type[T], name: str, values: Mapping[str, Any], source: str) -> 
     _check_plain(dict(values), source, "$")
     filled = fill_defaults(dict(values), load_schema(SCHEMA)["$defs"][name], load_schema(SCHEMA))
     validate(filled, SCHEMA, source, definition=name)
+    if name == "gate":
+        _check_gate(filled, source, "$")
     return _typed(cls, filled)
+
+
+def _check_gate(gate: Mapping[str, Any], source: str, path: str) -> None:
+    """What the schema cannot say: the part of alpha reserved for resolution must leave some for the metric."""
+    if gate["quality_promotion_alpha"] >= gate["alpha"]:
+        raise BadInput(f"{source}: {path}.quality_promotion_alpha: {gate['quality_promotion_alpha']} is not less "
+                       f"than alpha {gate['alpha']} (rule: the metric is tested at alpha minus it)")
 
 
 def _normalise_family(filled: dict[str, Any]) -> None:
@@ -212,6 +232,7 @@ def parse(doc: Any, source: str = "params.yaml", *, today: date | None = None) -
     filled = fill_defaults(doc, load_schema(SCHEMA))
     _normalise_family(filled)
     validate(filled, SCHEMA, source)
+    _check_gate(filled["gate"], source, "$.gate")
     paths = filled["skills"]["paths"]
     if paths["skills"] in paths["mirrors"]:
         raise BadInput(f"{source}: $.skills.paths.mirrors: {paths['skills']!r} is the canonical directory itself "
@@ -259,3 +280,30 @@ def load(path: str | Path = "params.yaml", *, today: date | None = None, skills:
 def evidence_limits(**overrides: Any) -> EvidenceParams:
     """The `evidence:` section with the schema's defaults, for callers that build a bundle without params.yaml."""
     return section(EvidenceParams, "evidence", overrides, "evidence limits")
+
+
+def set_value(path: str | Path, section_name: str, key: str, value: Any) -> None:
+    """Change one `section: key:` scalar in a params file in place, keeping its comments and layout (what
+    `make evolve` does to sampling.replicate and simulator.noise), then check the whole file still loads."""
+    path = Path(path)
+    lines = path.read_text(encoding="utf-8").split("\n")
+    rendered = yaml.safe_dump(value, default_flow_style=True).strip().removesuffix("...").strip()
+    try:
+        start = lines.index(f"{section_name}:") if f"{section_name}:" in lines else next(
+            i for i, line in enumerate(lines) if re.match(rf"{re.escape(section_name)}:\s*(#.*)?$", line))
+    except StopIteration:
+        lines += [f"{section_name}:", f"  {key}: {rendered}"]
+    else:
+        end = next((i for i in range(start + 1, len(lines)) if lines[i] and not lines[i][0].isspace()
+                    and not lines[i].startswith("#")), len(lines))
+        pattern = re.compile(rf"^(\s+){re.escape(key)}:\s*[^#\n]*?(\s*#.*)?$")
+        for i in range(start + 1, end):
+            match = pattern.match(lines[i])
+            if match and len(match.group(1)) == 2:
+                comment = match.group(2) or ""
+                lines[i] = f"  {key}: {rendered}{comment}"
+                break
+        else:
+            lines.insert(start + 1, f"  {key}: {rendered}")
+    safefs.write_atomic(path, "\n".join(lines).encode("utf-8"))
+    load(path)

@@ -31,6 +31,9 @@ EXCLUDED_ERROR_KINDS = frozenset(_ROW_DEFS["excluded_error_kind"]["enum"])
 MEASURED_ERROR_KINDS = frozenset(_ROW_DEFS["measured_error_kind"]["enum"])
 CHURN_FIELDS = ("diff_files", "diff_insertions", "diff_deletions")
 MEDIAN_FIELDS = ("cost_usd", *USAGE_FIELDS, "num_turns", "duration_s", "wall_s", *CHURN_FIELDS)
+# What a gate may decide on (params' gate.metric); each valid run's value is kept in its aggregate's samples so
+# that promotion.json carries what the decision's statistics need.
+GATE_METRICS = tuple(load_schema("params")["$defs"]["gate"]["properties"]["metric"]["enum"])
 SIDES = ("incumbent", "candidate")
 RESULTS_FILE = "results.jsonl"
 BENCH_FILE = "bench.json"
@@ -251,11 +254,16 @@ def _aggregate_cell(task: str, cls: str, arm: str, rows: Sequence[Mapping[str, A
         "error_kinds": dict(sorted(kinds.items())),
     }
     for field in MEDIAN_FIELDS:
-        cell[field] = _median([row[field] for row in valid])
+        cell[field] = median([row[field] for row in valid])
+    cell["samples"] = [
+        {"run": row["run"], "resolved": row["resolved"], "skill_invoked": row["skill_invoked"],
+         **{field: None if row[field] is None else float(row[field]) for field in GATE_METRICS}}
+        for row in sorted(valid, key=lambda r: r["run"])
+    ]
     return cell
 
 
-def _median(values: Sequence[float | None]) -> float | None:
+def median(values: Sequence[float | None]) -> float | None:
     """None without valid runs, and None when any is unmeasured: an unmeasured cost is never 0.
 
     Always a float, so the same runs in any order give the same bytes in promotion.json.
@@ -263,15 +271,6 @@ def _median(values: Sequence[float | None]) -> float | None:
     if not values or any(v is None for v in values):
         return None
     return float(statistics.median(values))
-
-
-def valid_samples(rows: Iterable[Mapping[str, Any]], metric: str) -> dict[tuple[str, str], list[float | None]]:
-    """The metric of every valid run per (task, arm), sorted so that row order cannot reach the bootstrap."""
-    samples: dict[tuple[str, str], list[float | None]] = defaultdict(list)
-    for row in rows:
-        if not is_excluded(row):
-            samples[(row["task"], row["arm"])].append(row[metric])
-    return {key: sorted(values, key=lambda v: (v is None, v or 0)) for key, values in samples.items()}
 
 
 def side_totals(rows: Iterable[Mapping[str, Any]]) -> dict[str, float | int]:

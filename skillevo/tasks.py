@@ -189,6 +189,51 @@ def select(tasks: list[Task], include_expensive: bool) -> tuple[list[Task], list
     return chosen, skipped
 
 
+@dataclass(frozen=True)
+class Split:
+    """Which tasks the proposer may learn from and which the gate judges on: disjoint unless params say
+    `shared`, because a skill tuned to the tasks it is judged on overfits them."""
+
+    evidence: tuple[str, ...]
+    gate: tuple[str, ...]
+    automatic: bool
+
+    def to_dict(self) -> dict[str, list[str]]:
+        return {"evidence": list(self.evidence), "gate": list(self.gate)}
+
+
+def split(tasks: Iterable[Task], gate: Iterable[str], evidence: Iterable[str], shared: bool, source: str) -> Split:
+    """The split params name (`tasks.gate`, `tasks.evidence`, `tasks.shared`), completed and checked against
+    the tasks file. With neither list, every third task (ordered by class, then id) is an evidence task and the
+    rest are gate tasks, so fewer than three tasks are all the gate's; with one list, the other is the rest."""
+    tasks = list(tasks)
+    ids = [t.id for t in tasks]
+    gate, evidence = list(gate), list(evidence)
+    for key, named in (("gate", gate), ("evidence", evidence)):
+        for task_id in named:
+            if task_id not in ids:
+                raise TaskError(f"{source}: tasks.{key}: {task_id!r} is not a task in the tasks file (rule: known task)")
+    automatic = not gate and not evidence
+    if automatic:  # every third task, by class then id: classes spread over both sets, and the gate gets most
+        ordered = sorted(tasks, key=lambda t: (t.cls, t.id))
+        evidence = [task.id for i, task in enumerate(ordered) if i % 3 == 2]
+    if not gate:
+        gate = [task_id for task_id in ids if task_id not in evidence]
+    if not evidence:
+        evidence = [task_id for task_id in ids if task_id not in gate]
+    both = sorted(set(gate) & set(evidence))
+    if both and not shared:
+        raise TaskError(f"{source}: tasks.gate and tasks.evidence both name {both}: the gate would judge on tasks "
+                        "the proposer learned from; set tasks.shared: true to allow it (rule: disjoint split)")
+    if not gate:
+        raise TaskError(f"{source}: no task is left for the gate to decide on (rule: a gate task)")
+    neither = sorted(set(ids) - set(gate) - set(evidence))
+    if neither:
+        raise TaskError(f"{source}: tasks {neither} are in neither tasks.gate nor tasks.evidence; name each "
+                        "task in one of them (rule: every task has a role)")
+    return Split(tuple(sorted(evidence)), tuple(sorted(gate)), automatic)
+
+
 def archive(task: Task) -> bytes:
     """A git target's pinned commit as tar bytes (`git archive`): the one way a git tree leaves its repository."""
     out = subprocess.run(["git", "-C", str(task.target_dir), "archive", "--format=tar", task.tree],

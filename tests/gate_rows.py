@@ -115,6 +115,7 @@ def bench(side: str, tasks: dict[str, str], *, arms: tuple[str, ...] = (INCUMBEN
         "runs": 3,
         "arms": [{"name": n, "incumbent_arm": a, "skills": ["work"]} for n, a in zip(names, arms)],
         "task_bindings": [binding(t, c) for t, c in sorted(tasks.items())],
+        "task_split": {"evidence": [], "gate": sorted(tasks)},
         "skipped_tasks": [],
         "overlay_digest": None if side == "incumbent" else OVERLAY,
         "skills_digest": "2" * 64,
@@ -122,6 +123,8 @@ def bench(side: str, tasks: dict[str, str], *, arms: tuple[str, ...] = (INCUMBEN
         "limits": LIMITS,
         "cells": 3 * len(tasks) * len(names),
         "rows": 3 * len(tasks) * len(names),
+        "simulator": {"noise": "none", "seed": 0},
+        "replicate": 0,
         **fields,
     }
 
@@ -202,6 +205,9 @@ def agg(
     if valid - resolved and not set(kinds) - EXCLUDED_ERROR_KINDS:
         kinds["verify-failed"] = valid - resolved
     median = None if valid == 0 else 1.0
+    skipped = kinds.get("skill-not-invoked", 0)
+    samples = [{"run": i, "resolved": i <= resolved, "skill_invoked": i > skipped, "cost_usd": cost,
+                "duration_s": 1.0, "num_turns": 1.0, "output_tokens": 1.0} for i in range(1, valid + 1)]
     return {
         "task": task,
         "class": cls,
@@ -222,6 +228,7 @@ def agg(
         "diff_files": median,
         "diff_insertions": median,
         "diff_deletions": median,
+        "samples": samples,
     }
 
 

@@ -36,6 +36,7 @@ from stages import apply as stage
 from tests.apply_fixtures import (
     APPLY_AT,
     DESTINATIONS,
+    GATE,
     KEEPING,
     MODEL_NAME,
     NOW,
@@ -154,7 +155,9 @@ def _promotion(change):
 
 
 def _bench(change):
-    return lambda p: _edit_json(p.paths.incumbent_bench / "bench.json", change)
+    """The same change to both sides' bench.json, as a bench re-run would make it."""
+    return lambda p: [_edit_json(side / "bench.json", change) for side in (p.paths.incumbent_bench,
+                                                                            p.paths.candidate_bench)]
 
 
 def _overlay_edit(p: Pipeline) -> None:
@@ -231,7 +234,7 @@ REFUSALS = {
         r"task_bindings\[0\]\.verify_sha256: differs", None,
     ),
     "policy drift": (
-        lambda p: p.write_params(gate={"min_improvement_pct": 1}), AS_IS, r"policy\.min_improvement_pct: differs",
+        lambda p: p.write_params(gate={**GATE, "min_improvement_pct": 1}), AS_IS, r"policy\.min_improvement_pct: differs",
         None,
     ),
     "expired evidence": (
@@ -346,6 +349,8 @@ def test_a_promotion_rebuilt_by_hand_does_not_follow_from_the_evidence(tmp_path:
         for decision in doc["decisions"]:
             for row in decision["tasks"]:
                 row["candidate"]["cost_usd"] = round(row["candidate"]["cost_usd"] * 0.5, 6)
+                for sample in row["candidate"]["samples"]:
+                    sample["cost_usd"] = round(sample["cost_usd"] * 0.5, 6)
         doc["decisions"] = recompute_decisions(doc)  # self-consistent: the embedded recompute agrees
         assert [d["decision"] for d in doc["decisions"]] == ["promote"]
 

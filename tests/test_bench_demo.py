@@ -19,10 +19,12 @@ from tests.bench_fixtures import ROOT, params
 pytestmark = [pytest.mark.cli, pytest.mark.bwrap]
 TASKS = ROOT / "tasks/tasks.yaml"
 EDGE_CASE_TASKS = {"textstats-sentence-length", "ledger-currencies", "ledger-discount-tax"}
+ALL_TASKS = sorted([*EDGE_CASE_TASKS, "textstats-unique-words"])
 
 
 def _side(side: str, out: Path, overlay: Path | None = None) -> list[dict]:
-    p = params(runs=1)
+    # exact: one run per arm must show the known difference; every task a gate task, so both sides run all four
+    p = params(runs=1, simulator={"noise": "none"}, tasks={"gate": ALL_TASKS, "evidence": []})
     return run_side(plan(side, TASKS, ROOT / "skills", overlay, p), p, out, quiet=True)
 
 

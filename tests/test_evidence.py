@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from skillevo import config, documents
 from skillevo import evidence as ev
@@ -568,7 +569,8 @@ def test_cli_end_to_end(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
             "--learnings", str(learnings), "--out", str(tmp_path / "evidence")]
     code, out, err = run_stage(*args)
     assert code == 0, err
-    assert out.startswith("evidence: source previous; 3 rows selected of 6")
+    assert out.startswith("evidence: source previous; 3 rows selected of 4")  # 2 rows held back: gate tasks
+    assert "left out 2 rows of the gate's tasks: held back: the gate decides on these tasks" in err
     manifest = (tmp_path / "evidence" / "manifest.json").read_bytes()
     assert set(json.loads(manifest)["inputs"]) == {"bench-incumbent/results.jsonl", "bench-candidate/results.jsonl",
                                                    "gate/promotion.json", "proposal.md", "learnings"}
@@ -607,4 +609,26 @@ def test_cli_end_to_end(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     code, out, err = run_stage("--incumbent", str(prev / "bench-incumbent"), "--previous", str(readme_only),
                                *args[2:])
     assert code == 0, err
-    assert out.startswith("evidence: source previous; 2 rows selected of 3 (1 excluded as infra")
+    assert out.startswith("evidence: source previous; 1 rows selected of 2 (1 excluded as infra")  # t1 held back
+
+
+@pytest.mark.parametrize("split, shown", [
+    ({}, "automatic"),
+    ({"gate": ["t1"]}, "explicit"),
+    ({"gate": ["t1"], "evidence": ["t1"], "shared": True}, "shared"),
+])
+def test_rows_of_the_gate_s_tasks_never_reach_the_proposer(tmp_path: Path, split, shown):
+    tasks_file = tasks_fixture(tmp_path)
+    prev = previous_generation(tmp_path)
+    params = tmp_path / "params.yaml"
+    params.write_text(yaml.safe_dump({"arms": {"workflow": {"sessions": [{"skill": "work", "prompt": "{prompt}"}]}},
+                                      "skills": {"evolvable": ["work"]}, "tasks": split}))
+    code, out, err = run_stage("--previous", str(prev), "--tasks", str(tasks_file), "--params", str(params),
+                               "--out", str(tmp_path / "evidence"))
+    assert code == 0, err
+    tasks_seen = {row["task"] for row in json.loads((tmp_path / "evidence/rows.json").read_text())}
+    considered = {json.loads(line)["task"] for side in ("bench-incumbent", "bench-candidate")
+                  for line in (prev / side / "results.jsonl").read_text().splitlines()}
+    assert "t1" in considered  # the only task in the tasks file, so the gate's
+    assert ("t1" in tasks_seen) is (shown == "shared")
+    assert tasks_seen and tasks_seen <= considered

@@ -1,4 +1,6 @@
-"""Table-driven tests of the gate: aggregation, params, one case per policy rule and per reason."""
+"""Table-driven tests of aggregation, params and the seed rule (`gate.policy: seed`), one case per rule and reason.
+
+The default (stratified) rule has its own tests in tests/test_gate_stratified.py."""
 
 from __future__ import annotations
 
@@ -10,14 +12,14 @@ from skillevo import config
 from skillevo.config import Policy
 from skillevo.errors import BadInput
 from skillevo.gate import decide, decide_arm
-from skillevo.gate.bootstrap import median_improvement_interval
 from skillevo.gate.policy import MAIN_LOOP_ONLY_WARNING, improvement_pct
 from skillevo.models import is_floating
-from skillevo.results import aggregate, valid_samples
+from skillevo.results import aggregate
 from tests.gate_rows import CANDIDATE, INCUMBENT, paired, row, runs
 
 MODEL = "skillevo-sim-1"
 DEFAULT = Policy.from_dict({})
+SEED = Policy.from_dict({"policy": "seed"})
 ARMS = "arms: {workflow: {sessions: [{skill: work, prompt: '{prompt}'}]}}\n"
 
 
@@ -25,7 +27,7 @@ def load_policy(path: Path) -> Policy:
     return config.load(path).gate
 
 
-def decide_one(aggregates, policy=DEFAULT, model=MODEL):
+def decide_one(aggregates, policy=SEED, model=MODEL):
     return decide_arm(aggregates, policy, benchmark_model=model, incumbent_arm=INCUMBENT, candidate_arm=CANDIDATE)
 
 
@@ -104,9 +106,10 @@ def test_params_defaults_and_overrides(tmp_path: Path):
     params.write_text(ARMS, encoding="utf-8")
     assert load_policy(params) == DEFAULT
     assert DEFAULT.to_dict() == {
-        "metric": "cost_usd", "min_runs": 3, "min_improvement_pct": 5.0, "max_task_regression_pct": 20.0,
-        "max_failed_task_regression_pct": 100.0, "min_gated_task_ratio": 0.5, "resolution_margin": 2,
-        "max_age_days": 90, "bootstrap_seed": 0, "bootstrap_resamples": 2000,
+        "policy": "stratified", "metric": "cost_usd", "min_runs": 3, "alpha": 0.05, "min_improvement_pct": 5.0,
+        "quality_alpha": 0.1, "max_resolution_drop_pct": 20.0, "quality_promotion_alpha": 0.01,
+        "max_task_regression_pct": 20.0, "max_failed_task_regression_pct": 100.0, "min_gated_task_ratio": 0.5,
+        "resolution_margin": 2, "max_age_days": 90,
     }
     params.write_text(ARMS + "gate:\n  metric: duration_s\n  min_improvement_pct: 7\n", encoding="utf-8")
     policy = load_policy(params)
@@ -286,7 +289,7 @@ RULES = {
 @pytest.mark.parametrize("name", RULES)
 def test_rule(name):
     aggregates, overrides, expected, reason = RULES[name]
-    decision = decide_one(aggregates, Policy.from_dict(overrides))
+    decision = decide_one(aggregates, Policy.from_dict({"policy": "seed", **overrides}))
     assert decision["decision"] == expected, decision["reasons"]
     assert any(reason in r for r in decision["reasons"]), decision["reasons"]
 
@@ -299,21 +302,24 @@ def test_task_rows_carry_the_evidence():
     })
     rows = {row["task"]: row for row in decision["tasks"]}
     assert [row["task"] for row in decision["tasks"]] == ["t1", "t2", "t3"]
-    assert decision["gated_tasks"] == ["t1", "t3"] and decision["ungated_tasks"] == ["t2"]
-    assert rows["t1"] | {"incumbent": None, "candidate": None} == {
-        "task": "t1", "class": "trivial", "gated": True, "skill_attributable": False, "quality_floor_applied": True,
-        "quality_floor_met": True, "incumbent_rate": 0.3333, "candidate_rate": 1.0, "incumbent_metric": 1.0,
-        "candidate_metric": 0.8, "improvement_pct": 20.0, "incumbent": None, "candidate": None,
+    seed = decision["seed"]
+    assert seed["gated_tasks"] == ["t1", "t3"] and seed["ungated_tasks"] == ["t2"]
+    assert rows["t1"]["seed"] == {
+        "gated": True, "skill_attributable": False, "quality_floor_applied": True, "quality_floor_met": True,
+        "incumbent_metric": 1.0, "candidate_metric": 0.8, "improvement_pct": 20.0,
     }
-    assert (rows["t2"]["gated"], rows["t2"]["quality_floor_applied"], rows["t2"]["quality_floor_met"]) == (False, False, None)
-    assert (rows["t3"]["skill_attributable"], rows["t3"]["quality_floor_applied"]) == (True, True)
-    assert decision["median_improvement_pct"] == 35.0  # median of 20.0 and 50.0; ungated t2 (-20%) left out
-    assert decision["resolution_margin"] == 5
+    assert (rows["t1"]["incumbent_rate"], rows["t1"]["candidate_rate"]) == (0.3333, 1.0)
+    assert rows["t1"]["improvement_pct"] == 20.0  # the log-ratio estimate: identical runs give the exact ratio
+    t2, t3 = rows["t2"]["seed"], rows["t3"]["seed"]
+    assert (t2["gated"], t2["quality_floor_applied"], t2["quality_floor_met"]) == (False, False, None)
+    assert (t3["skill_attributable"], t3["quality_floor_applied"]) == (True, True)
+    assert seed["median_improvement_pct"] == 35.0  # median of 20.0 and 50.0; ungated t2 (-20%) left out
+    assert seed["resolution_margin"] == 5
 
 
 @pytest.mark.parametrize("metric, warned", [("cost_usd", False), ("duration_s", False), ("num_turns", True), ("output_tokens", True)])
 def test_main_loop_only_metrics_carry_a_warning(metric, warned):
-    decision = decide_one(good("t1"), Policy.from_dict({"metric": metric}))
+    decision = decide_one(good("t1"), Policy.from_dict({"policy": "seed", "metric": metric}))
     assert decision["metric"] == metric
     assert decision["metric_warning"] == (MAIN_LOOP_ONLY_WARNING if warned else None)
 
@@ -322,46 +328,17 @@ def test_the_configured_metric_is_the_one_ranked():
     aggregates = good("t1", cost=1.0)
     aggregates[("t1", CANDIDATE)]["duration_s"] = 0.5
     assert decide_one(aggregates)["decision"] == "keep_incumbent"
-    assert decide_one(aggregates, Policy.from_dict({"metric": "duration_s"}))["decision"] == "promote"
+    assert decide_one(aggregates, Policy.from_dict({"policy": "seed", "metric": "duration_s"}))["decision"] == "promote"
 
 
 def test_decide_pairs_each_candidate_arm_by_name():
     aggregates = {**good("t1", 0.5)}
-    decisions = decide(aggregates, DEFAULT, benchmark_model=MODEL, candidate_arms=[CANDIDATE, "candidate_direct"])
+    decisions = decide(aggregates, SEED, benchmark_model=MODEL, candidate_arms=[CANDIDATE, "candidate_direct"])
     assert [(d["incumbent_arm"], d["candidate_arm"], d["decision"]) for d in decisions] == [
         (INCUMBENT, CANDIDATE, "promote"), ("direct", "candidate_direct", "insufficient_evidence"),
     ]
     with pytest.raises(ValueError, match="not named candidate_"):
-        decide(aggregates, DEFAULT, benchmark_model=MODEL, candidate_arms=["workflow"])
-
-
-# --- the bootstrap -----------------------------------------------------------------------------------------
-
-
-def _bootstrap_case():
-    rows = (runs("t1", INCUMBENT, [1.0, 1.1, 0.9]) + runs("t1", CANDIDATE, [0.8, 0.85, 0.9])
-            + runs("t2", INCUMBENT, [2.0, 2.2, 1.8]) + runs("t2", CANDIDATE, [1.9, 1.6, 2.0]))
-    cells = aggregate(rows, {"t1": "trivial", "t2": "trivial"}, [INCUMBENT, CANDIDATE])
-    return rows, decide_one(cells)
-
-
-def test_bootstrap_is_seeded_order_free_and_brackets_the_estimate():
-    rows, decision = _bootstrap_case()
-    interval = median_improvement_interval(valid_samples(rows, "cost_usd"), decision, seed=0, resamples=500)
-    again = median_improvement_interval(valid_samples(rows[::-1], "cost_usd"), decision, seed=0, resamples=500)
-    other = median_improvement_interval(valid_samples(rows, "cost_usd"), decision, seed=1, resamples=500)
-    assert interval == again
-    assert interval != other
-    low, high = interval
-    assert low < decision["median_improvement_pct"] < high
-
-
-def test_bootstrap_is_absent_without_a_gated_improvement():
-    rows = runs("t1", INCUMBENT, [1.0, 1.0, 1.0], kinds=["verify-failed"] * 3) + runs(
-        "t1", CANDIDATE, [0.5, 0.5, 0.5], kinds=["verify-failed"] * 3)
-    decision = decide_one(aggregate(rows, {"t1": "trivial"}, [INCUMBENT, CANDIDATE]))
-    assert decision["ungated_tasks"] == ["t1"]
-    assert median_improvement_interval(valid_samples(rows, "cost_usd"), decision, seed=0, resamples=100) is None
+        decide(aggregates, SEED, benchmark_model=MODEL, candidate_arms=["workflow"])
 
 
 def test_the_gated_ratio_is_met_exactly_at_the_threshold():
@@ -371,5 +348,5 @@ def test_the_gated_ratio_is_met_exactly_at_the_threshold():
     for i in range(7):
         aggregates.update(good(f"g{i}", 0.5))
     # 7 of 25 gated meets 0.28, although 0.28 * 25 is 7.000000000000001 in floating point.
-    assert decide_one(aggregates, Policy.from_dict({"min_gated_task_ratio": 0.28}))["decision"] == "promote"
-    assert decide_one(aggregates, Policy.from_dict({"min_gated_task_ratio": 0.29}))["decision"] == "insufficient_evidence"
+    assert decide_one(aggregates, Policy.from_dict({"policy": "seed", "min_gated_task_ratio": 0.28}))["decision"] == "promote"
+    assert decide_one(aggregates, Policy.from_dict({"policy": "seed", "min_gated_task_ratio": 0.29}))["decision"] == "insufficient_evidence"

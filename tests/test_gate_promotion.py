@@ -35,7 +35,8 @@ from tests.gate_rows import (
 
 NOW = datetime(2025, 3, 1, 12, 0, tzinfo=timezone.utc)
 LATER = NOW + timedelta(days=1)
-DEFAULT = Policy.from_dict({})
+# Three tasks of three runs: the bound on a resolution drop needs a margin this wide (tests/test_gate_stratified.py).
+DEFAULT = Policy.from_dict({"max_resolution_drop_pct": 50})
 
 
 def promoting_rows():
@@ -68,7 +69,8 @@ def test_promotion_binds_everything_apply_checks():
     assert [b["id"] for b in promotion["task_bindings"]] == ["t1", "t2", "t3"]
     assert promotion["policy"] == DEFAULT.to_dict()
     [decision] = promotion["decisions"]
-    assert decision["decision"] == "promote" and decision["median_improvement_pct"] == 5.0
+    assert decision["decision"] == "promote" and decision["policy"] == "stratified"
+    assert 5 < decision["estimate"]["improvement_pct"] < 10
     assert decision["tasks"][0]["candidate"]["cost_usd"] == 0.85
 
 
@@ -136,9 +138,10 @@ def test_a_bad_freeze_manifest_is_refused_by_name(tmp_path: Path, manifest, mess
 
 def _keep_promotion():
     rows = promoting_rows()
+    incumbent = {(r["task"], r["run"]): r["cost_usd"] for r in rows if r["arm"] == INCUMBENT}
     for r in rows:
         if r["arm"] == CANDIDATE:
-            r["cost_usd"] = 1.0 if r["task"] != "t1" else 1.01
+            r["cost_usd"] = round(incumbent[(r["task"], r["run"])] * 1.01, 4)  # a shade dearer everywhere
     return stored(rows)
 
 
@@ -167,9 +170,10 @@ def _remove_task(p):
 
 # name: (tamper on the stored promotion, fragment the refusal must name)
 TAMPERS = {
-    "metric edited": (_set(["decisions", 0, "tasks", 0, "candidate_metric"], 0.5), "decisions[0].tasks[0].candidate_metric"),
-    "embedded aggregate edited": (_set(["decisions", 0, "tasks", 1, "candidate", "cost_usd"], 1.0), "decisions[0]."),
-    "median edited": (_set(["decisions", 0, "median_improvement_pct"], 25.0), "decisions[0].median_improvement_pct"),
+    "a sample edited": (_set(["decisions", 0, "tasks", 0, "candidate", "samples", 0, "cost_usd"], 0.5), "decisions[0]."),
+    "embedded median edited": (_set(["decisions", 0, "tasks", 1, "candidate", "cost_usd"], 1.0),
+                               "decisions[0].tasks[1].candidate.cost_usd: is not the median of its samples"),
+    "estimate edited": (_set(["decisions", 0, "estimate", "improvement_pct"], 25.0), "decisions[0].estimate.improvement_pct"),
     "reason edited": (_set(["decisions", 0, "reasons", 0], "trust me"), "decisions[0].reasons[0]"),
     "task removed": (_remove_task, "decisions[0].tasks"),
     "extra top-level field": (_set(["note"], "x"), "'note' was unexpected"),

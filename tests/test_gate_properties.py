@@ -39,7 +39,11 @@ def benches(draw):
     return rows
 
 
-def decide_rows(rows, policy=Policy.from_dict({})):
+SEED, STRATIFIED = Policy.from_dict({"policy": "seed"}), Policy.from_dict({"max_resolution_drop_pct": 60})
+POLICIES = st.sampled_from([SEED, STRATIFIED])  # a wide margin: these benches are small, promotions must happen
+
+
+def decide_rows(rows, policy=SEED):
     tasks = {r["task"]: r["class"] for r in rows}
     return decide_arm(
         aggregate(rows, tasks, [INCUMBENT, CANDIDATE]),
@@ -58,7 +62,7 @@ def _rate(agg):
 @given(benches(), st.data())
 def test_never_promote_when_a_gated_tasks_resolution_rate_drops(rows, data):
     decision = decide_rows(rows)
-    if any(t["gated"] and _rate(t["candidate"]) < _rate(t["incumbent"]) for t in decision["tasks"]):
+    if any(t["seed"]["gated"] and _rate(t["candidate"]) < _rate(t["incumbent"]) for t in decision["tasks"]):
         assert decision["decision"] != "promote"
     # Force a drop on one task: the incumbent resolves every run, the candidate fails one of them.
     task = data.draw(st.sampled_from(sorted({r["task"] for r in rows})))
@@ -68,7 +72,7 @@ def test_never_promote_when_a_gated_tasks_resolution_rate_drops(rows, data):
     victim = data.draw(st.sampled_from([r for r in rows if r["task"] == task and r["arm"] == CANDIDATE]))
     victim.update(error_kind="oracle-failed", resolved=False)
     decision = decide_rows(rows)
-    assert any(t["gated"] and _rate(t["candidate"]) < _rate(t["incumbent"]) for t in decision["tasks"])
+    assert any(t["seed"]["gated"] and _rate(t["candidate"]) < _rate(t["incumbent"]) for t in decision["tasks"])
     assert decision["decision"] != "promote"
 
 
@@ -79,24 +83,44 @@ def test_never_promote_with_an_excluded_run_in_a_gated_task(rows, data, kind):
     victim.update(error_kind=kind, resolved=False)
     decision = decide_rows(rows)
     row_of_task = next((t for t in decision["tasks"] if t["task"] == victim["task"]), None)
-    assert row_of_task is not None and row_of_task["gated"], "a task with an excluded run is never fully measured"
+    assert row_of_task is not None and row_of_task["seed"]["gated"], "a task with an excluded run is never fully measured"
     assert decision["decision"] != "promote"
 
 
 @PROPERTY
-@given(benches(), st.randoms(use_true_random=False))
-def test_decision_is_invariant_to_row_order(rows, rng):
+@given(benches(), st.randoms(use_true_random=False), POLICIES)
+def test_decision_is_invariant_to_row_order(rows, rng, policy):
     shuffled = list(rows)
     rng.shuffle(shuffled)
-    first, second = decide_rows(rows), decide_rows(shuffled)
+    first, second = decide_rows(rows, policy), decide_rows(shuffled, policy)
     assert json.dumps(first, sort_keys=True) == json.dumps(second, sort_keys=True)
+
+
+def _scaled(rows, factor, arm=None):
+    """Every cost (or only `arm`'s) times `factor`; an unmeasured cost stays unmeasured."""
+    return [{**r, "cost_usd": r["cost_usd"] * factor} if r["cost_usd"] is not None and arm in (None, r["arm"]) else r
+            for r in rows]
+
+
+@PROPERTY
+@given(benches(), st.sampled_from([0.001, 0.37, 3.0, 1000.0]))
+def test_the_stratified_decision_does_not_depend_on_the_currency(rows, factor):
+    """A log-scale test: every cost times a constant (cents, a price change) decides the same."""
+    assert decide_rows(rows, STRATIFIED)["decision"] == decide_rows(_scaled(rows, factor), STRATIFIED)["decision"]
 
 
 @PROPERTY
 @given(benches())
-def test_recomputation_from_the_stored_file_equals_the_stored_decision(rows):
+def test_a_uniformly_cheaper_candidate_never_loses_a_promotion(rows):
+    if decide_rows(rows, STRATIFIED)["decision"] == "promote":
+        assert decide_rows(_scaled(rows, 0.9, CANDIDATE), STRATIFIED)["decision"] == "promote"
+
+
+@PROPERTY
+@given(benches(), POLICIES)
+def test_recomputation_from_the_stored_file_equals_the_stored_decision(rows, policy):
     incumbent, candidate = sides(rows)
-    promotion = build_promotion(incumbent, candidate, freeze(), Policy.from_dict({}), now=NOW)
+    promotion = build_promotion(incumbent, candidate, freeze(), policy, now=NOW)
     from_file = json.loads(json.dumps(promotion, sort_keys=True))
     assert recompute_decisions(from_file) == from_file["decisions"]
     assert from_file["decisions"] == promotion["decisions"]

@@ -19,7 +19,11 @@ ROOT = Path(__file__).resolve().parents[1]
 TASKS = {"t1": "trivial", "t2": "investigation"}
 
 
-def setup_inputs(tmp_path: Path, *, candidate_costs=(0.8, 0.85, 0.9), candidate_rows=None, params="gate: {}\n"):
+# Two tasks of three runs: a margin of 50 points is the tightest bound on a resolution drop six runs allow.
+SMALL = "gate: {max_resolution_drop_pct: 50}\n"
+
+
+def setup_inputs(tmp_path: Path, *, candidate_costs=(0.8, 0.85, 0.9), candidate_rows=None, params=SMALL):
     params = "arms: {workflow: {sessions: [{skill: work, prompt: '{prompt}'}]}}\n" + params
     incumbent_rows = runs("t1", INCUMBENT, [1.0, 1.1, 0.9])
     incumbent_rows += runs("t2", INCUMBENT, [2.0, 2.0, 2.0], cls="investigation")
@@ -59,8 +63,8 @@ def test_end_to_end_as_a_module(tmp_path: Path):
     assert result.returncode == 0, result.stderr
     [line] = result.stdout.splitlines()
     assert re.fullmatch(
-        r"candidate_workflow: promote \(median cost_usd improvement 10\.0% \(90% bootstrap interval "
-        r"-?\d+\.\d% to -?\d+\.\d%\), resolution margin \+0, 2/2 tasks gated\)",
+        r"candidate_workflow: promote \(cost_usd 10\.1% cheaper \(92% interval (\d+\.\d)% to (\d+\.\d)%, "
+        r"p=0\.0\d+\), resolved 6/6 -> 6/6\)",
         line,
     ), line
     out = tmp_path / "out"
@@ -70,24 +74,25 @@ def test_end_to_end_as_a_module(tmp_path: Path):
 
     report = (out / "report.md").read_text(encoding="utf-8")
     assert report.index("candidate_workflow: promote") < report.index("| task |") < report.index("Reasons:")
-    assert "| t1 | trivial | yes | 3/3 | 3/3 | 1 | 0.85 | 15.0 | met |" in report
-    assert "Simulated" in report and "bootstrap interval" in report
+    assert re.search(r"\| t1 \| 3/3 \| 3/3 \| 1 \| 0\.85 \| 14\.\d% \| -?\d+\.\d% to \d+\.\d% \|", report), report
+    assert "Simulated" in report and "Per protocol" in report and "plots/improvement.svg" in report
 
     metrics = json.loads((out / "metrics.json").read_text(encoding="utf-8"))
     assert all(isinstance(v, int | float) and not isinstance(v, bool) for v in metrics.values())
     assert metrics["candidate_workflow.decision_code"] == 1
-    assert metrics["candidate_workflow.median_improvement_pct"] == 10.0
-    low, high = (metrics[f"candidate_workflow.median_improvement_ci90_{end}"] for end in ("low", "high"))
-    assert low <= 10.0 <= high
+    assert metrics["candidate_workflow.improvement_pct"] == 10.08
+    assert metrics["candidate_workflow.interval_low_pct"] < 10.08 < metrics["candidate_workflow.interval_high_pct"]
     assert (metrics["incumbent.total_cost_usd"], metrics["candidate.total_cost_usd"]) == (9.0, 8.25)
     assert (metrics["incumbent.sessions"], metrics["candidate.sessions"]) == (6, 6)
 
     with (out / "plots" / "tasks.csv").open(newline="", encoding="utf-8") as f:
         plot = list(csv.DictReader(f))
-    assert plot == [
-        {"task": "t1", "arm": CANDIDATE, "incumbent_metric": "1.0", "candidate_metric": "0.85", "improvement_pct": "15.0"},
-        {"task": "t2", "arm": CANDIDATE, "incumbent_metric": "2.0", "candidate_metric": "1.9", "improvement_pct": "5.0"},
-    ]
+    assert [(r["label"], r["task"], r["arm"]) for r in plot] == [
+        (f"t1 ({CANDIDATE})", "t1", CANDIDATE), (f"t2 ({CANDIDATE})", "t2", CANDIDATE)]
+    assert all(float(r["interval_low_pct"]) < float(r["improvement_pct"]) < float(r["interval_high_pct"])
+               for r in plot)
+    svg = (out / "plots" / "improvement.svg").read_text(encoding="utf-8")
+    assert svg.startswith("<?xml") and "t1 (candidate_workflow)" in svg and "all tasks" in svg
 
 
 def test_outputs_are_reproducible_apart_from_the_clock(tmp_path: Path, capsys):
@@ -101,6 +106,7 @@ def test_outputs_are_reproducible_apart_from_the_clock(tmp_path: Path, capsys):
             [line for line in report if not line.startswith("- generated ")],  # the only clock-dependent line
             (out / "metrics.json").read_bytes(),
             (out / "plots" / "tasks.csv").read_bytes(),
+            (out / "plots" / "improvement.svg").read_bytes(),
         )
 
     assert outputs() == outputs()
@@ -114,7 +120,7 @@ def test_a_kept_incumbent_still_exits_zero(tmp_path: Path, capsys):
 
 
 def test_a_main_loop_metric_warns_on_stderr(tmp_path: Path, capsys):
-    assert stage.main(setup_inputs(tmp_path, params="gate:\n  metric: output_tokens\n")) == 0
+    assert stage.main(setup_inputs(tmp_path, params="gate:\n  metric: output_tokens\n  max_resolution_drop_pct: 50\n")) == 0
     assert "warning: metric output_tokens" in capsys.readouterr().err
 
 

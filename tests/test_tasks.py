@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+from types import SimpleNamespace
 
 import pytest
 import yaml
@@ -118,3 +119,40 @@ def test_required_candidate_arms_are_the_arms_using_a_touched_skill():
         arms.check_skills(odd, {"plan"})
 
 
+
+
+# --- the split between evidence and gate tasks ------------------------------------------------------------
+
+
+def _tasks(*spec: str):
+    return [SimpleNamespace(id=s.split(":")[0], cls=s.split(":")[1]) for s in spec]
+
+
+SIX = _tasks("a1:trivial", "a2:trivial", "a3:trivial", "a4:trivial", "b1:hard", "b2:hard")
+
+
+@pytest.mark.parametrize("gate, evidence, shared, expected", [
+    ((), (), False, (("a1", "a4"), ("a2", "a3", "b1", "b2"))),  # every third by class, then id: b1 b2 [a1] a2 a3 [a4]
+    (("a1", "b1"), (), False, (("a2", "a3", "a4", "b2"), ("a1", "b1"))),
+    ((), ("a1",), False, (("a1",), ("a2", "a3", "a4", "b1", "b2"))),
+    (("a1", "a2", "a3", "a4", "b1", "b2"), ("a1",), True, (("a1",), ("a1", "a2", "a3", "a4", "b1", "b2"))),
+])
+def test_split_completes_what_params_name(gate, evidence, shared, expected):
+    result = tasks.split(SIX, gate, evidence, shared, "params.yaml")
+    assert (result.evidence, result.gate) == expected
+    assert result.automatic is (not gate and not evidence)
+
+
+@pytest.mark.parametrize("gate, evidence, shared, message", [
+    (("a1",), ("a1",), False, r"params\.yaml: tasks\.gate and tasks\.evidence both name \['a1'\].*\(rule: disjoint split\)"),
+    (("zz",), (), False, r"params\.yaml: tasks\.gate: 'zz' is not a task in the tasks file \(rule: known task\)"),
+    (("a1",), ("a2",), False, r"tasks \['a3', 'a4', 'b1', 'b2'\] are in neither .*\(rule: every task has a role\)"),
+    ((), ("a1", "a2", "a3", "a4", "b1", "b2"), False, r"no task is left for the gate to decide on \(rule: a gate task\)"),
+])
+def test_a_bad_split_is_refused_naming_the_rule(gate, evidence, shared, message):
+    with pytest.raises(BadInput, match=message):
+        tasks.split(SIX, gate, evidence, shared, "params.yaml")
+
+
+def test_one_task_is_the_gate_s():
+    assert tasks.split(_tasks("only:trivial"), (), (), False, "p").to_dict() == {"evidence": [], "gate": ["only"]}

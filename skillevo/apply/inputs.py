@@ -81,7 +81,7 @@ def load_inputs(paths: ApplyPaths, now: datetime, load_params: Callable[[], Para
             f"{RERUN}"
         )
     try:
-        validate_for_apply(promotion, pipeline_bindings(manifest, bench, params.gate), now)
+        validate_for_apply(promotion, pipeline_bindings(manifest, candidate.bench, params.gate), now)
     except PromotionRefused as e:
         raise ApplyRefused(f"{paths.promotion}: {e}") from None
     evidence.check_task_bindings(promotion, paths.promotion, paths.tasks, params.tasks.target_roots)

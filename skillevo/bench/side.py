@@ -34,6 +34,7 @@ from skillevo.errors import BadInput, BrokenEnvironment, Interrupted
 from skillevo.results import SIDES, served_models
 from skillevo.schemas import validate
 from skillevo.simulator import Simulator, load_dir
+from skillevo.simulator.noise import Noise
 
 MAX_OVERLAY_BYTES = 8 << 20
 
@@ -50,6 +51,7 @@ class SidePlan:
     runs: int
     skills_digest: str
     overlay_digest: str | None
+    split: tasks_mod.Split
 
 
 def plan(side: str, tasks_file: Path, skills_dir: Path, overlay_dir: Path | None, params: Params,
@@ -60,7 +62,11 @@ def plan(side: str, tasks_file: Path, skills_dir: Path, overlay_dir: Path | None
     family = layout.read_family(skills_dir)
     arms_mod.check_skills(params.arms, layout.skill_names_in(family), params.source)
     expensive = params.bench.include_expensive if include_expensive is None else include_expensive
-    chosen, skipped = tasks_mod.select(tasks_mod.load(tasks_file, target_roots=params.tasks.target_roots), expensive)
+    loaded = tasks_mod.load(tasks_file, target_roots=params.tasks.target_roots)
+    split = tasks_mod.split(loaded, params.tasks.gate, params.tasks.evidence, params.tasks.shared, params.source)
+    if side == "candidate":  # the candidate is judged on the gate's tasks only; evidence tasks teach the proposer
+        loaded = [task for task in loaded if task.id in split.gate]
+    chosen, skipped = tasks_mod.select(loaded, expensive)
     overlay_digest, files = None, None
     if side == "incumbent":
         if overlay_dir is not None:
@@ -77,7 +83,7 @@ def plan(side: str, tasks_file: Path, skills_dir: Path, overlay_dir: Path | None
             raise BadInput(f"{overlay_dir}: the overlay touches {sorted(touched)}, which no arm uses (rule: required arms)")
         overlay_digest = framed_digest(files.items())
     return SidePlan(side, tasks_file, family, files, chosen, skipped, arm_list, params.sampling.runs,
-                    framed_digest(family.items()), overlay_digest)
+                    framed_digest(family.items()), overlay_digest, split)
 
 
 class _Writer:
@@ -174,9 +180,11 @@ def run_side(p: SidePlan, params: Params, out: Path, *, executor: Executor | Non
     with ExitStack() as stack:
         scratch = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="skillevo-bench-", dir=scratch_root)))
         _check_headroom(scratch, params.bench)
-        sim_url = None
+        sim_url, noise = None, None
         if params.model.simulated:
-            sim_url = stack.enter_context(Simulator(load_dir(p.tasks_file.parent / "playbooks"))).url()
+            noise = Noise.from_params(params.simulator, params.sampling.replicate)
+            sim_url = stack.enter_context(Simulator(load_dir(p.tasks_file.parent / "playbooks"), noise=noise,
+                                                    max_retries=params.bench.max_retries)).url()
         mdl, api_key = models.resolve(params.model, sim_url)
         models.check_reachable(mdl)
         runner = executor or _executor(params, api_key)
@@ -196,9 +204,9 @@ def run_side(p: SidePlan, params: Params, out: Path, *, executor: Executor | Non
     provenance = {
         "schema_version": 1, "side": p.side, "model": models.binding(params.model), "effort": mdl.effort,
         "runs": p.runs, "arms": [a.describe() for a in p.arms], "task_bindings": [t.binding for t in p.tasks],
-        "skipped_tasks": p.skipped, "overlay_digest": p.overlay_digest, "skills_digest": p.skills_digest,
+        "skipped_tasks": p.skipped, "task_split": p.split.to_dict(), "overlay_digest": p.overlay_digest, "skills_digest": p.skills_digest,
         "served_models": served_models(rows), "limits": params.bench.limits.enforced(), "cells": len(cells),
-        "rows": len(rows),
+        "rows": len(rows), "simulator": noise.provenance() if noise else None, "replicate": params.sampling.replicate,
     }
     validate(provenance, "bench-run", out / "bench.json")
     safefs.write_atomic(out / "bench.json", documents.dump_json(provenance))

@@ -73,15 +73,29 @@ def make_bundle(*, params: Params, previous: str | Path | None, seed: str | Path
                 tasks: str | Path = "tasks/tasks.yaml", environ: Mapping[str, str] | None = None) -> Bundle:
     """Everything the stage does short of writing: read tasks (for the oracle guard), inputs and learnings."""
     skills = tuple(sorted(params.skills.evolvable))
-    guard = OracleGuard.for_tasks(tasks_mod.load(tasks, target_roots=params.tasks.target_roots))
+    loaded = tasks_mod.load(tasks, target_roots=params.tasks.target_roots)
+    guard = OracleGuard.for_tasks(loaded)
+    split = tasks_mod.split(loaded, params.tasks.gate, params.tasks.evidence, params.tasks.shared, params.source)
     if seed is not None:
         if incumbent is not None:
             raise EvidenceError("--seed is used instead of --previous and --incumbent; give one or the other")
         inputs = load_seed(seed)  # `previous` is ignored: a seed replaces the previous generation
     else:
         inputs = load_previous(previous, incumbent)
+    _hold_back(inputs, split)
     items, digest = ([], None)
     if learnings is not None:
         items, digest = load_learnings(learnings, skills, params.evidence.max_learnings)
     return build_bundle(inputs, guard=guard, limits=params.evidence, skills=skills, learnings=items,
                         learnings_digest=digest, secrets=env_secrets(environ))
+
+
+def _hold_back(inputs: Inputs, split: tasks_mod.Split) -> None:
+    """Rows of the tasks the gate judges on never reach the proposer (unless tasks.shared lets a task be both):
+    a skill tuned to the tasks it is judged on overfits them."""
+    hidden = set(split.gate) - set(split.evidence)
+    kept = [row for row in inputs.rows if row.row["task"] not in hidden]
+    if len(kept) < len(inputs.rows):
+        inputs.dropped.append({"what": f"{len(inputs.rows) - len(kept)} rows of the gate's tasks",
+                               "reason": "held back: the gate decides on these tasks (tasks.gate in params)"})
+    inputs.rows = kept

@@ -14,12 +14,15 @@ from typing import Any
 from skillevo import documents, safefs
 from skillevo.config import Policy
 from skillevo.errors import BadInput
-from skillevo.gate.policy import PROMOTE, decide, decide_arm
+from skillevo.gate.policy import decide, decide_arm
+from skillevo.gate.verdict import PROMOTE
 from skillevo.layout import incumbent_arm_of
 from skillevo.results import (
     EXCLUDED_ERROR_KINDS,
+    GATE_METRICS,
     Side,
     aggregate,
+    median,
     served_models,
 )
 from skillevo.schemas import first_error, schema_validator, validate
@@ -81,8 +84,16 @@ def build_promotion(
 ) -> dict[str, Any]:
     """Decide every required candidate arm and bind the result; refuse sides that were not benchmarked alike."""
     _require_aware(now, "now")
-    for key, what in (("task_bindings", "task bindings"), ("model", "model"), ("effort", "effort"),
-                      ("served_models", "served model ids")):
+    gate_tasks = candidate.bench["task_split"]["gate"]
+    judged = [b for b in incumbent.bench["task_bindings"] if b["id"] in gate_tasks]
+    if judged != candidate.bench["task_bindings"]:
+        raise BadInput(
+            f"{incumbent.directory / 'bench.json'} and {candidate.directory / 'bench.json'}: $.task_bindings differ "
+            "on the gate's tasks (rule: both sides are benchmarked with identical task bindings)"
+        )
+    for key, what in (("task_split", "task split"), ("model", "model"), ("effort", "effort"),
+                      ("served_models", "served model ids"), ("simulator", "simulator noise"),
+                      ("replicate", "replicate")):
         if incumbent.bench[key] != candidate.bench[key]:
             raise BadInput(
                 f"{incumbent.directory / 'bench.json'} and {candidate.directory / 'bench.json'}: $.{key} differ "
@@ -107,7 +118,8 @@ def build_promotion(
 
     bindings = pipeline_bindings(freeze, candidate.bench, policy)
     classes = {binding["id"]: binding["class"] for binding in bindings["task_bindings"]}
-    aggregates = aggregate([*incumbent.rows, *candidate.rows], classes, incumbent_arms | candidate_arms)
+    judged_rows = [row for row in incumbent.rows if row["task"] in classes]  # evidence tasks are not judged
+    aggregates = aggregate([*judged_rows, *candidate.rows], classes, incumbent_arms | candidate_arms)
     decisions = decide(
         aggregates,
         policy,
@@ -231,6 +243,14 @@ def _check_aggregate(agg: Mapping[str, Any], where: str) -> None:
         raise PromotionRefused(f"{where}.excluded_runs: does not match the excluded error kinds ({excluded})")
     if agg["resolved"] > agg["valid_runs"]:
         raise PromotionRefused(f"{where}.resolved: exceeds valid_runs")
+    samples = agg["samples"]
+    if len(samples) != agg["valid_runs"] or len({s["run"] for s in samples}) != len(samples):
+        raise PromotionRefused(f"{where}.samples: not one sample per valid run")
+    if sum(1 for s in samples if s["resolved"]) != agg["resolved"]:
+        raise PromotionRefused(f"{where}.samples: resolved samples do not add up to resolved")
+    for metric in GATE_METRICS:
+        if agg[metric] != median([s[metric] for s in samples]):
+            raise PromotionRefused(f"{where}.{metric}: is not the median of its samples")
 
 
 def first_difference(stored: Any, expected: Any, path: str) -> str | None:

@@ -1,7 +1,8 @@
-"""What people and DVC read from a gate run: report.md, metrics.json (`dvc metrics`), plots/tasks.csv (`dvc plots`).
+"""What people and DVC read from a gate run: report.md, metrics.json (`dvc metrics`), plots/tasks.csv
+(`dvc plots`) and plots/improvement.svg (a static picture beside report.md).
 
-All of it is derived from promotion.json plus the raw rows (for totals and the bootstrap); none of it feeds back
-into the decision.
+All of it is derived from promotion.json plus the raw rows (for what each side cost); none of it feeds back
+into the decision. The report leads with the decision, the estimated improvement and its interval.
 """
 
 from __future__ import annotations
@@ -13,94 +14,99 @@ from pathlib import Path
 from typing import Any
 
 from skillevo import documents, safefs
-from skillevo.gate.bootstrap import median_improvement_interval
-from skillevo.gate.policy import INSUFFICIENT_EVIDENCE, KEEP_INCUMBENT, PROMOTE
-from skillevo.results import Side, side_totals, valid_samples
+from skillevo.gate import figures
+from skillevo.gate.verdict import INSUFFICIENT_EVIDENCE, KEEP_INCUMBENT, PROMOTE
+from skillevo.results import Side, side_totals
 
 # Ordered so that `dvc metrics diff` reads up as better: promote > keep > insufficient.
 DECISION_CODES = {PROMOTE: 1, KEEP_INCUMBENT: 0, INSUFFICIENT_EVIDENCE: -1}
-PLOT_COLUMNS = ("task", "arm", "incumbent_metric", "candidate_metric", "improvement_pct")
+PLOT_COLUMNS = ("label", "task", "arm", "improvement_pct", "interval_low_pct", "interval_high_pct")
 SIMULATED_NOTICE = (
-    "**Simulated:** these results come from the offline simulator, a deterministic stand-in for a model. "
-    "They exercise the pipeline; they say nothing about how a real model behaves with these skills."
+    "**Simulated:** these results come from the offline simulator, a stand-in for a model with declared noise "
+    "(bench.json says which). They exercise the pipeline and the statistics; they say nothing about how a real "
+    "model behaves with these skills."
 )
-
-Interval = tuple[float, float] | None
 
 
 def write_outputs(out_dir: Path, promotion: Mapping[str, Any], incumbent: Side, candidate: Side) -> list[str]:
-    """Write report.md, metrics.json and plots/tasks.csv under out_dir; return one line per decision."""
-    policy = promotion["policy"]
-    samples = valid_samples([*incumbent.rows, *candidate.rows], policy["metric"])
-    intervals = {
-        decision["candidate_arm"]: median_improvement_interval(
-            samples, decision, seed=policy["bootstrap_seed"], resamples=policy["bootstrap_resamples"]
-        )
-        for decision in promotion["decisions"]
-    }
+    """Write report.md, metrics.json, plots/tasks.csv and plots/improvement.svg; return one line per decision."""
     totals = {"incumbent": side_totals(incumbent.rows), "candidate": side_totals(candidate.rows)}
-    _write(out_dir / "report.md", render_report(promotion, intervals, totals))
-    safefs.write_atomic(out_dir / "metrics.json", documents.dump_json(metrics(promotion, intervals, totals)))
+    _write(out_dir / "report.md", render_report(promotion, totals))
+    safefs.write_atomic(out_dir / "metrics.json", documents.dump_json(metrics(promotion, totals)))
     _write(out_dir / "plots" / "tasks.csv", render_tasks_csv(promotion))
-    return [summary_line(decision, intervals[decision["candidate_arm"]]) for decision in promotion["decisions"]]
+    _write(out_dir / "plots" / "improvement.svg", figures.improvement_svg(promotion))
+    return [summary_line(decision) for decision in promotion["decisions"]]
 
 
-def metrics(
-    promotion: Mapping[str, Any], intervals: Mapping[str, Interval], totals: Mapping[str, Mapping[str, float | int]]
-) -> dict[str, float | int]:
+def metrics(promotion: Mapping[str, Any], totals: Mapping[str, Mapping[str, float | int]]) -> dict[str, float | int]:
     """Flat numbers only ('<arm>.<name>', '<side>.<name>'); a figure that does not exist is left out, not nulled."""
     flat: dict[str, float | int] = {}
     for decision in promotion["decisions"]:
         arm = decision["candidate_arm"]
         flat[f"{arm}.decision_code"] = DECISION_CODES[decision["decision"]]
-        flat[f"{arm}.resolution_margin"] = decision["resolution_margin"]
-        flat[f"{arm}.gated_tasks"] = len(decision["gated_tasks"])
-        flat[f"{arm}.ungated_tasks"] = len(decision["ungated_tasks"])
-        if decision["median_improvement_pct"] is not None:
-            flat[f"{arm}.median_improvement_pct"] = decision["median_improvement_pct"]
-        interval = intervals[arm]
-        if interval is not None:
-            flat[f"{arm}.median_improvement_ci90_low"], flat[f"{arm}.median_improvement_ci90_high"] = interval
-    for side, figures in totals.items():
-        for name, value in figures.items():
+        estimate, quality, protocol = decision["estimate"], decision["quality"], decision["per_protocol"]
+        if estimate:
+            flat[f"{arm}.improvement_pct"] = estimate["improvement_pct"]
+            flat[f"{arm}.interval_low_pct"], flat[f"{arm}.interval_high_pct"] = estimate["interval_pct"]
+            flat[f"{arm}.p_value"] = estimate["p_value"]
+        if quality:
+            flat[f"{arm}.resolution_drop_pct"] = quality["drop_pct"]
+            flat[f"{arm}.resolution_drop_upper_pct"] = quality["drop_upper_pct"]
+        if protocol:
+            flat[f"{arm}.per_protocol_improvement_pct"] = protocol["improvement_pct"]
+        if decision["seed"] and decision["seed"]["median_improvement_pct"] is not None:
+            flat[f"{arm}.seed_median_improvement_pct"] = decision["seed"]["median_improvement_pct"]
+    for side, figures_ in totals.items():
+        for name, value in figures_.items():
             flat[f"{side}.{name}"] = value
     return flat
 
 
 def render_tasks_csv(promotion: Mapping[str, Any]) -> str:
+    """One row per (task, candidate arm), labelled with both so that `dvc plots show` tells arms apart."""
     buffer = io.StringIO()
     writer = csv.writer(buffer, lineterminator="\n")
     writer.writerow(PLOT_COLUMNS)
-    rows = [
-        (row["task"], d["candidate_arm"], row["incumbent_metric"], row["candidate_metric"], row["improvement_pct"])
-        for d in promotion["decisions"]
-        for row in d["tasks"]
-    ]
-    for row in sorted(rows, key=lambda r: (r[0], r[1])):
+    rows = []
+    for decision in promotion["decisions"]:
+        for row in decision["tasks"]:
+            low, high = row["interval_pct"] or (None, None)
+            rows.append((f"{row['task']} ({decision['candidate_arm']})", row["task"], decision["candidate_arm"],
+                         row["improvement_pct"], low, high))
+    for row in sorted(rows, key=lambda r: (r[1], r[2])):
         writer.writerow(["" if value is None else value for value in row])
     return buffer.getvalue()
 
 
-def summary_line(decision: Mapping[str, Any], interval: Interval) -> str:
-    tasks = len(decision["tasks"])
-    return (
-        f"{decision['candidate_arm']}: {decision['decision']} (median {decision['metric']} improvement "
-        f"{_median_with_interval(decision['median_improvement_pct'], interval)}, resolution margin "
-        f"{decision['resolution_margin']:+d}, {len(decision['gated_tasks'])}/{tasks} tasks gated)"
-    )
+def summary_line(decision: Mapping[str, Any]) -> str:
+    return f"{decision['candidate_arm']}: {decision['decision']} ({_headline(decision)})"
 
 
-def render_report(
-    promotion: Mapping[str, Any], intervals: Mapping[str, Interval], totals: Mapping[str, Mapping[str, float | int]]
-) -> str:
-    """The decision first, then per arm the task table and the reasons, then what the evidence is bound to."""
+def _headline(decision: Mapping[str, Any]) -> str:
+    estimate, quality = decision["estimate"], decision["quality"]
+    parts = [f"{decision['metric']} {_estimate(estimate)}" if estimate else f"{decision['metric']}: no estimate"]
+    if quality:
+        parts.append(f"resolved {quality['incumbent']['resolved']}/{quality['incumbent']['valid_runs']} -> "
+                     f"{quality['candidate']['resolved']}/{quality['candidate']['valid_runs']}")
+    return ", ".join(parts)
+
+
+def _estimate(estimate: Mapping[str, Any]) -> str:
+    low, high = estimate["interval_pct"]
+    return (f"{estimate['improvement_pct']:.1f}% cheaper ({100 * estimate['confidence']:g}% interval {low:.1f}% to "
+            f"{high:.1f}%, p={estimate['p_value']:.2g})")
+
+
+def render_report(promotion: Mapping[str, Any], totals: Mapping[str, Mapping[str, float | int]]) -> str:
+    """The decision first, then per arm the estimate per task and the reasons, then what it is bound to."""
     backend = promotion["backend"]
     lines = ["# Gate decision", ""]
     if backend["simulated"]:
         lines += [SIMULATED_NOTICE, ""]
-    lines += [f"- {summary_line(d, intervals[d['candidate_arm']])}" for d in promotion["decisions"]]
+    lines += [f"- **{d['candidate_arm']}: {d['decision']}** — {_headline(d)}" for d in promotion["decisions"]]
+    lines += ["", "![estimated improvement per task, with intervals](plots/improvement.svg)"]
     for decision in promotion["decisions"]:
-        lines += ["", *_decision_section(decision, intervals[decision["candidate_arm"]])]
+        lines += ["", *_decision_section(decision)]
     policy = promotion["policy"]
     lines += [
         "",
@@ -113,37 +119,40 @@ def render_report(
         f"overlay digest `{promotion['overlay_digest']}`",
         f"- generated {promotion['generated_at']}, evidence expires {promotion['evidence_expires_at']}",
         "- policy: " + ", ".join(f"{key}={policy[key]}" for key in sorted(policy)),
-        f"- bootstrap: {policy['bootstrap_resamples']} resamples of the runs within each task and arm, seed "
-        f"{policy['bootstrap_seed']}; reported only, never used by the decision",
     ]
-    for side, figures in totals.items():
+    for side, figures_ in totals.items():
         lines.append(
-            f"- {side} side: {figures['runs']} runs, {figures['sessions']} sessions, ${figures['total_cost_usd']:.4f} "
-            f"measured ({figures['unmeasured_cost_runs']} runs unmeasured)"
+            f"- {side} side: {figures_['runs']} runs, {figures_['sessions']} sessions, "
+            f"${figures_['total_cost_usd']:.4f} measured ({figures_['unmeasured_cost_runs']} runs unmeasured)"
         )
     return "\n".join(lines) + "\n"
 
 
-def _decision_section(decision: Mapping[str, Any], interval: Interval) -> list[str]:
-    metric = decision["metric"]
-    lines = [
-        f"## {decision['candidate_arm']} vs {decision['incumbent_arm']}: {decision['decision']}",
-        "",
-        f"Median {metric} improvement over gated tasks: "
-        f"{_median_with_interval(decision['median_improvement_pct'], interval)}; "
-        f"resolution margin {decision['resolution_margin']:+d} runs.",
-        "",
-        f"| task | class | gated | incumbent resolved | candidate resolved | incumbent {metric} | candidate {metric} "
-        "| improvement % | quality floor |",
-        "|---|---|---|---|---|---|---|---|---|",
+def _decision_section(decision: Mapping[str, Any]) -> list[str]:
+    metric, estimate = decision["metric"], decision["estimate"]
+    lines = [f"## {decision['candidate_arm']} vs {decision['incumbent_arm']}: {decision['decision']}", ""]
+    if estimate:
+        lines += [f"Estimated {metric} improvement (geometric mean over tasks): {_estimate(estimate)}; "
+                  f"{estimate['df']} degrees of freedom, log-scale spread {estimate['log_sd']:.3f}.", ""]
+    protocol = decision["per_protocol"]
+    lines += [f"Per protocol (only runs where the skill loaded; reported, not decided on): "
+              f"{_estimate(protocol) if protocol else 'no estimate'}.", ""]
+    interval = f"{100 * estimate['confidence']:g}% interval" if estimate else "interval"
+    lines += [
+        f"| task | incumbent resolved | candidate resolved | incumbent {metric} (median) | candidate {metric} "
+        f"(median) | improvement | {interval} |",
+        "|---|---|---|---|---|---|---|",
     ]
     for row in decision["tasks"]:
-        floor = "n/a" if not row["quality_floor_applied"] else ("met" if row["quality_floor_met"] else "failed")
-        lines.append(
-            f"| {row['task']} | {row['class']} | {'yes' if row['gated'] else 'no'} | {_resolved(row['incumbent'])} "
-            f"| {_resolved(row['candidate'])} | {_number(row['incumbent_metric'])} "
-            f"| {_number(row['candidate_metric'])} | {_pct(row['improvement_pct'])} | {floor} |"
-        )
+        inc, cand = row["incumbent"], row["candidate"]
+        span = "–" if row["interval_pct"] is None else f"{row['interval_pct'][0]:.1f}% to {row['interval_pct'][1]:.1f}%"
+        lines.append(f"| {row['task']} | {_resolved(inc)} | {_resolved(cand)} | {_number(inc[metric])} "
+                     f"| {_number(cand[metric])} | {_pct(row['improvement_pct'])} | {span} |")
+    seed = decision["seed"]
+    if seed:
+        lines += ["", f"Seed rule: median of task medians {_pct(seed['median_improvement_pct'])}, resolution margin "
+                      f"{seed['resolution_margin']:+d} runs, {len(seed['gated_tasks'])}/{len(decision['tasks'])} "
+                      "tasks gated."]
     if decision["metric_warning"]:
         lines += ["", f"Warning: {decision['metric_warning']}."]
     lines += ["", "Reasons:", "", *(f"- {reason}" for reason in decision["reasons"])]
@@ -160,15 +169,7 @@ def _number(value: float | None) -> str:
 
 
 def _pct(value: float | None) -> str:
-    return "–" if value is None else f"{value:.1f}"
-
-
-def _median_with_interval(median: float | None, interval: Interval) -> str:
-    if median is None:
-        return "n/a"
-    if interval is None:
-        return f"{median:.1f}%"
-    return f"{median:.1f}% (90% bootstrap interval {interval[0]:.1f}% to {interval[1]:.1f}%)"
+    return "–" if value is None else f"{value:.1f}%"
 
 
 def _write(path: Path, text: str) -> None:

@@ -1,0 +1,86 @@
+"""The default promotion rule (`gate.policy: stratified`, docs/gate.md): a decision with a stated error rate.
+
+A candidate arm that is not better is promoted at most `alpha` of the time: it is promoted on the metric only
+when a stratified one-sided test rejects "not cheaper" at alpha less the share reserved for resolution, and on
+resolution alone only when its own stratified test rejects "resolves no more" at that share. Apply needs every
+required arm, so over arms this is an intersection-union test and needs no correction. Quality comes first: a
+significant drop in resolution, or one that the runs cannot bound within the stated margin, never promotes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from skillevo import stats
+from skillevo.config import Policy
+from skillevo.gate.verdict import (
+    INSUFFICIENT_EVIDENCE,
+    KEEP_INCUMBENT,
+    PROMOTE,
+    Pair,
+    Verdict,
+)
+
+
+def judge(pairs: Sequence[Pair], policy: Policy, estimate: stats.Estimate | None, quality: stats.Quality | None
+          ) -> Verdict:
+    metric = policy.metric
+    reasons = _missing_data(pairs, policy)
+    if not reasons and estimate is None:
+        reasons.append(f"the spread of {metric} cannot be estimated: no task has two valid runs in an arm")
+    if reasons or estimate is None or quality is None:
+        return Verdict(INSUFFICIENT_EVIDENCE, reasons)
+
+    q = quality
+    inc, cand = q.incumbent, q.candidate
+    shares = f"{inc[0]}/{inc[1]} -> {cand[0]}/{cand[1]} resolved"
+    if q.decrease_p_value is not None and q.decrease_p_value <= policy.quality_alpha:
+        return Verdict(KEEP_INCUMBENT, [f"resolution fell ({shares}): the stratified test for a decrease gives "
+                                        f"p={q.decrease_p_value:.3g}, at or below quality_alpha "
+                                        f"{policy.quality_alpha:g}"])
+    if q.drop_upper_pct > policy.max_resolution_drop_pct:
+        bound = (f"a resolution drop of up to {q.drop_upper_pct:.1f} points cannot be ruled out at "
+                 f"{100 * (1 - policy.alpha):g}% confidence ({shares}; at most {policy.max_resolution_drop_pct:g} "
+                 "allowed)")
+        if q.drop_pct > 0:
+            return Verdict(KEEP_INCUMBENT, [f"resolution fell by {q.drop_pct:.1f} points and {bound}"])
+        needed = stats.runs_to_bound_drop(policy.max_resolution_drop_pct, policy.alpha)
+        return Verdict(INSUFFICIENT_EVIDENCE, [f"{bound}: even with every run resolved it takes at least {needed} "
+                                               "valid runs per arm over all tasks; raise sampling.runs"])
+
+    level = policy.cost_alpha
+    found = (f"{metric}: estimated improvement {estimate.improvement_pct:.1f}% ({100 * (1 - 2 * level):g}% "
+             f"interval {estimate.interval_pct[0]:.1f}% to {estimate.interval_pct[1]:.1f}%), one-sided "
+             f"p={estimate.p_value:.3g} against 'not cheaper' at level {level:.3g}")
+    if estimate.p_value <= level and estimate.improvement_pct >= policy.min_improvement_pct:
+        return Verdict(PROMOTE, [f"{found}; at least {policy.min_improvement_pct:g}% required"])
+    alone = policy.quality_promotion_alpha
+    if (alone > 0 and q.increase_p_value is not None and q.increase_p_value <= alone
+            and estimate.p_value_worse > level):
+        return Verdict(PROMOTE, [f"resolution rose ({shares}): the stratified test for an increase gives "
+                                 f"p={q.increase_p_value:.3g}, at or below quality_promotion_alpha {alone:g}, and "
+                                 f"{metric} is not significantly worse ({found})"])
+    if estimate.p_value > level:
+        why = "not significant"
+    else:
+        why = f"significant, but below the required {policy.min_improvement_pct:g}%"
+    return Verdict(KEEP_INCUMBENT, [f"{found}: {why}"])
+
+
+def _missing_data(pairs: Sequence[Pair], policy: Policy) -> list[str]:
+    """Every task needs min_runs valid runs per arm with the metric measured and positive in each."""
+    metric, reasons = policy.metric, []
+    for pair in pairs:
+        n_inc, n_cand = pair.incumbent["valid_runs"], pair.candidate["valid_runs"]
+        if n_inc < policy.min_runs or n_cand < policy.min_runs:
+            reasons.append(f"{pair.task}: needs at least {policy.min_runs} valid runs per arm (got {n_inc}/{n_cand})")
+            continue
+        values = [s[metric] for agg in (pair.incumbent, pair.candidate) for s in agg["samples"]]
+        unmeasured = sum(1 for v in values if v is None)
+        if unmeasured:
+            reasons.append(f"{pair.task}: {metric} was not measured in {unmeasured} valid run(s); an unmeasured run "
+                           "is never read as free")
+        elif any(v <= 0 for v in values):
+            reasons.append(f"{pair.task}: {metric} is zero in {sum(1 for v in values if v <= 0)} valid run(s); the "
+                           "log-scale test needs positive values (choose a metric with signal)")
+    return reasons
