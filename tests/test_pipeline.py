@@ -62,13 +62,19 @@ def demo(tmp_path_factory) -> dict:
 
 def test_fresh_clone_make_demo_promotes_the_candidate_without_the_wasteful_line(demo):
     assert "decision: promote" in demo["output"]
-    assert ran(demo["output"]) == {"bench@incumbent", "evidence", "propose", "freeze", "bench@candidate", "gate"}
+    order = re.findall(r"Running stage '([^']+)'", demo["output"])
+    assert order == ["bench@incumbent", "preflight", "evidence", "propose", "freeze", "bench@candidate", "gate"]
+    assert "preflight: 5 runs on 3 gate task(s) detect an improvement of" in demo["output"]
     promotion = json.loads((demo["clone"] / "results/gate/promotion.json").read_text())
     assert [d["decision"] for d in promotion["decisions"]] == ["promote", "promote"]
     assert promotion["backend"]["simulated"] is True
     frozen = (demo["clone"] / "results/freeze/overlay/work/SKILL.md").read_text()
     assert WASTEFUL not in frozen and WASTEFUL in (demo["clone"] / "skills/work/SKILL.md").read_text()
-    assert demo["sessions"] == 24 * 3 // 2 * 2 + 1  # 36 incumbent + 36 candidate sessions + 1 proposer
+    # incumbent: 4 tasks x 5 runs x 3 sessions (workflow 2, direct 1); candidate: the 3 gate tasks; 1 proposer
+    assert demo["sessions"] == 4 * 5 * 3 + 3 * 5 * 3 + 1
+    report = (demo["clone"] / "results/gate/report.md").read_text()
+    assert re.search(r"candidate_workflow: promote\*\* — cost_usd \d+\.\d% cheaper \(92% interval \d+\.\d% to "
+                     r"\d+\.\d%", report), report[:600]
 
 
 def test_second_repro_with_nothing_changed_runs_no_stage(demo):
@@ -76,18 +82,22 @@ def test_second_repro_with_nothing_changed_runs_no_stage(demo):
     assert ran(out) == set() and "Data and pipelines are up to date" in out
 
 
-def test_changing_only_a_gate_threshold_reruns_only_the_gate(demo):
+@pytest.mark.parametrize("key, value, rerun", [
+    ("quality_alpha", 0.2, {"gate"}),
+    ("min_improvement_pct", 6, {"preflight", "gate"}),  # the preflight states it: advisory, no session
+])
+def test_changing_only_a_gate_threshold_reruns_no_bench(demo, key, value, rerun):
     params_file = demo["clone"] / "params.yaml"
     original = params_file.read_text()
     doc = yaml.safe_load(original)
-    doc["gate"]["min_improvement_pct"] = 6
+    doc["gate"][key] = value
     params_file.write_text(yaml.safe_dump(doc, sort_keys=False))
     try:
-        assert ran(run([DVC, "repro"], demo["clone"])) == {"gate"}
+        assert ran(run([DVC, "repro"], demo["clone"])) == rerun
     finally:
         params_file.write_text(original)
     out = run([DVC, "repro"], demo["clone"])  # back to the recorded params: served by the run-cache
-    assert ran(out) == set() and "Stage 'gate' is cached" in out  # restored, not re-run
+    assert "Stage 'gate' is cached" in out and ran(out) <= {"preflight"}  # restored, not re-run
 
 
 def _reproduce_elsewhere(demo: dict, dest: Path, remote_setup: list[list[str]], **env: str) -> tuple[str, int]:
@@ -187,7 +197,7 @@ def test_apply_refuses_results_forged_after_repro_even_with_the_gate_rerun_on_th
     assert {rel: (clone / rel).read_bytes() for rel in before} == before
 
 
-def test_evolve_stops_after_two_keep_incumbent_generations_with_the_first_as_evidence(tmp_path):
+def test_evolve_stops_after_two_generations_without_a_promotion_with_the_first_as_evidence(tmp_path):
     clone = clone_of_head(tmp_path / "clone")
     better = "".join(l for l in (clone / "skills/work/SKILL.md").read_text().splitlines(True) if WASTEFUL not in l)
     for rel in ("skills/work/SKILL.md", ".claude/skills/work/SKILL.md"):  # an incumbent the simulator cannot improve
@@ -202,7 +212,7 @@ def test_evolve_stops_after_two_keep_incumbent_generations_with_the_first_as_evi
     assert [g.name for g in generations] == ["gen-001", "gen-002"]
     for g in generations:
         decisions = json.loads((g / "gate/promotion.json").read_text())["decisions"]
-        assert {d["decision"] for d in decisions} == {"keep_incumbent"}
+        assert {d["decision"] for d in decisions} <= {"keep_incumbent", "insufficient_evidence"}
     manifest = json.loads((generations[1] / "evidence/manifest.json").read_text())
     assert manifest["source"] == "previous"
     assert any(f["path"] == "prior-proposal.md" for f in manifest["files"])
@@ -211,6 +221,23 @@ def test_evolve_stops_after_two_keep_incumbent_generations_with_the_first_as_evi
     second_generation = out.split("== generation 2 of 2")[1]
     assert "bench@incumbent" not in ran(second_generation)
     report = make(clone, "report")
-    assert re.search(r"\| 2 \| .*keep_incumbent.* \| reused \|", report), report
+    assert re.search(r"\| 2 \| .*=(keep_incumbent|insufficient_evidence).* \| reused \|", report), report
     assert (clone / "generations.dvc").is_file()
     shutil.rmtree(clone / "results")
+
+
+def test_evolve_confirms_a_promotion_with_a_fresh_replicate_before_it_is_final(demo, tmp_path):
+    clone = tmp_path / "clone"
+    shutil.copytree(demo["clone"], clone, symlinks=True)
+    out = make(clone, "evolve", "GENERATIONS=1", "NOISE=demo")
+    assert "confirming: sampling.replicate 0 -> 1, both sides measured afresh" in out
+    assert "promoted in generation 1, confirmed by replicate 1" in out
+    confirmation = out.split("confirming:")[1]
+    assert {"bench@incumbent", "bench@candidate", "gate"} <= ran(confirmation)
+    assert not {"evidence", "propose", "freeze"} & ran(confirmation)  # the same frozen candidate, re-measured
+    assert yaml.safe_load((clone / "params.yaml").read_text())["sampling"]["replicate"] == 1
+    bench = json.loads((clone / "results/bench-candidate/bench.json").read_text())
+    assert bench["replicate"] == 1
+    meta = json.loads((clone / "generations/gen-002/meta.json").read_text())
+    assert meta["confirms"] == 1
+    assert "| 2 (confirms 1) |" in make(clone, "report")
