@@ -15,7 +15,7 @@ export PATH := $(abspath $(VENV))/bin:$(PATH)
 export SKILLEVO_CLAUDE := $(abspath $(CLAUDE_BIN))
 export DVC_NO_ANALYTICS := 1
 
-.PHONY: setup system-packages demo repro apply revert evolve report push pull session-demo test bench-session bench-cells bench-pipeline gate-study clean
+.PHONY: setup system-packages demo repro apply revert evolve report push pull session-demo test bench-session bench-cells bench-pipeline gate-study demo-seeds plots clean
 setup: system-packages $(INSTALLED) $(CLAUDE_BIN)
 
 # bwrap, socat (the model relay and Claude's inner sandbox), git, and Debian's python3 with pytest (what
@@ -77,6 +77,17 @@ evolve: setup
 report: setup
 	@$(PY) -m skillevo.generations report
 
+# `dvc plots show`, readable offline: the Vega versions dvc-render loads from a CDN, installed from npm and
+# inlined into the page (results/plots/index.html).
+VEGA := $(TOOLS)/vega-5.20.2-lite-5.2.0-embed-6.18.2
+plots: setup $(VEGA)/.installed
+	@$(PY) -m skillevo.plots --node-modules $(VEGA)/node_modules --dvc $(DVC)
+
+$(VEGA)/.installed:
+	mkdir -p $(VEGA)
+	npm install --prefix $(VEGA) --no-fund --no-audit --loglevel=error --legacy-peer-deps vega@5.20.2 vega-lite@5.2.0 vega-embed@6.18.2
+	touch $@
+
 push: setup
 	$(DVC) push --run-cache
 
@@ -99,6 +110,11 @@ bench-pipeline: setup
 # The gate's error rates by simulation (docs/gate.md): DECISIONS per cell (default 2000); fails when a target is missed.
 gate-study: setup
 	$(PY) -m benchmarks.gate_study --check $(if $(DECISIONS),--decisions $(DECISIONS))
+
+# How often the demo promotes its known-better candidate over simulator seeds (~2 min a seed).
+SEEDS ?= 20
+demo-seeds: setup
+	$(PY) -m benchmarks.demo_seeds --seeds $(SEEDS)
 
 bench-cells: setup
 	$(PY) -m benchmarks.bench_cells $(if $(EXECUTOR),--executor $(EXECUTOR))

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 import re
 import shutil
@@ -17,6 +18,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from skillevo import config
 from tests.bench_fixtures import ROOT
 
 pytestmark = [pytest.mark.cli, pytest.mark.bwrap]
@@ -77,6 +79,24 @@ def test_fresh_clone_make_demo_promotes_the_candidate_without_the_wasteful_line(
                      r"\d+\.\d%", report), report[:600]
 
 
+def test_make_plots_writes_a_page_that_renders_without_a_network(demo):
+    out = make(demo["clone"], "plots")
+    page = (demo["clone"] / "results/plots/index.html").read_text()
+    assert "plots: results/plots/index.html" in out
+    assert not re.search(r"<script[^>]+src=", page) and "cdn." not in page  # nothing fetched when opened
+    spec = json.loads(re.search(r"var spec = (\{.*?\});\n", page).group(1))
+    assert spec["encoding"]["x"]["field"] == "improvement_pct" and spec["encoding"]["x"]["type"] == "quantitative"
+    assert spec["encoding"]["y"]["field"] == "label"  # one bar per task and arm: the arms are told apart
+    # render the page's own spec with the libraries it inlines, in node with no network: an SVG with every bar
+    modules = next((ROOT / ".tools").glob("vega-*/node_modules"))
+    js = ("const vl=require('vega-lite'),vega=require('vega');new vega.View(vega.parse(vl.compile("
+          "JSON.parse(process.argv[1])).spec),{renderer:'none'}).toSVG().then(s=>process.stdout.write(s))")
+    svg = subprocess.run(["node", "-e", js, json.dumps(spec)], env={"NODE_PATH": str(modules), "PATH": os.environ["PATH"]},
+                         capture_output=True, text=True, check=True).stdout
+    for row in spec["data"]["values"]:
+        assert row["label"] in svg
+
+
 def test_second_repro_with_nothing_changed_runs_no_stage(demo):
     out = run([DVC, "repro"], demo["clone"])
     assert ran(out) == set() and "Data and pipelines are up to date" in out
@@ -119,7 +139,7 @@ def test_sharing_through_a_local_remote_reproduces_with_zero_sessions(demo):
     out, n = _reproduce_elsewhere(demo, demo["root"] / "teammate" / "clone",
                                   [["remote", "modify", "--local", "local", "url", str(remote)]])
     assert n == 0 and ran(out) == set()
-    assert out.count("is cached - skipping run") == 6
+    assert out.count("is cached - skipping run") == 7  # every stage but the frozen apply
 
 
 def test_sharing_through_s3_on_moto_reproduces_with_zero_sessions(demo):
@@ -241,3 +261,45 @@ def test_evolve_confirms_a_promotion_with_a_fresh_replicate_before_it_is_final(d
     meta = json.loads((clone / "generations/gen-002/meta.json").read_text())
     assert meta["confirms"] == 1
     assert "| 2 (confirms 1) |" in make(clone, "report")
+
+
+def _pooled_log_sd(rows: list[dict]) -> float:
+    cells: dict[tuple, list[float]] = {}
+    for row in rows:
+        cells.setdefault((row["task"], row["arm"]), []).append(math.log(row["cost_usd"]))
+    ss = sum(sum((x - sum(xs) / len(xs)) ** 2 for x in xs) for xs in cells.values())
+    return math.sqrt(ss / sum(len(xs) - 1 for xs in cells.values()))
+
+
+def test_a_null_candidate_under_realistic_noise_is_not_promoted_and_rows_follow_the_noise_model(tmp_path):
+    """CI's end-to-end smoke for the gate: an incumbent with nothing left to save, so the proposer drops a line
+    that steers nothing the agent does; the whole generation runs under `realistic` noise (docs/simulator.md)."""
+    from scipy.stats import binom
+
+    clone = clone_of_head(tmp_path / "clone")
+    better = "".join(l for l in (clone / "skills/work/SKILL.md").read_text().splitlines(True) if WASTEFUL not in l)
+    for rel in ("skills/work/SKILL.md", ".claude/skills/work/SKILL.md"):
+        (clone / rel).write_text(better)
+    config.set_value(clone / "params.yaml", "simulator", "noise", "realistic")
+    run(["git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qam", "a null candidate, real noise"], clone)
+    out = make(clone, "demo")
+    assert "a line that steers no measured behaviour" in (clone / "results/proposal/proposal.md").read_text()
+    decisions = json.loads((clone / "results/gate/promotion.json").read_text())["decisions"]
+    assert len(decisions) == 2 and all(d["decision"] != "promote" for d in decisions), out[-3000:]
+    for d in decisions:  # no practical difference, whatever the noise: the interval sits around zero
+        low, high = d["estimate"]["interval_pct"]
+        assert low < 5 and high > -5 and abs(d["estimate"]["improvement_pct"]) < 5, d["estimate"]
+    rows = [json.loads(line) for side in ("incumbent", "candidate")
+            for line in (clone / f"results/bench-{side}/results.jsonl").read_text().splitlines()]
+    assert json.loads((clone / "results/bench-candidate/bench.json").read_text())["simulator"] == {
+        "noise": "realistic", "seed": 0}
+    assert all(r["cache_read_input_tokens"] > 0 for r in rows)  # prompt caching, as the API bills it
+    by_cell: dict[tuple, list[float]] = {}
+    for r in rows:
+        by_cell.setdefault((r["task"], r["arm"]), []).append(r["cost_usd"])
+    assert all(len(set(costs)) == len(costs) for costs in by_cell.values())  # every run of a cell differs
+    measured = [r for r in rows if r["error_kind"] in (None, "oracle-failed", "skill-not-invoked")]
+    assert 0.5 * 0.105 <= _pooled_log_sd(measured) <= 2 * 0.105  # docs/simulator.md: 0.105 over 80 rows
+    # mistakes the oracle catches and skipped skills: docs/simulator.md measured 17.5% of rows in all
+    low, high = binom.interval(0.999, len(rows), 0.175)
+    assert low <= sum(r["error_kind"] in ("oracle-failed", "skill-not-invoked") for r in rows) <= high
