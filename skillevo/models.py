@@ -4,13 +4,18 @@ The pinned CLI's own catalog (skillevo.pins.MODEL_IDS) is the only table of ids:
 `default`, `...-latest`) or an id the CLI remaps can change under the evidence between bench and apply, and a
 retired id no longer answers; both are refused. A short id that points at a dated snapshot works, but the
 snapshot is what the API serves, so it earns a warning; every row records the id the API says it served.
+
+It also owns the model credential: which environment variables hold it, which wins when both are set, and how
+the relay must send it. Every other module asks `credential()` or `resolve()`, so the rule lives here alone.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import socket
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from datetime import date
 from typing import Any
 from urllib.parse import urlsplit
@@ -24,8 +29,16 @@ from skillevo.pins import (
     PRICE_TIERS,
 )
 
+log = logging.getLogger(__name__)
+
 ANTHROPIC_URL = "https://api.anthropic.com"
-API_KEY_ENV = "ANTHROPIC_API_KEY"
+API_KEY_ENV = "ANTHROPIC_API_KEY"  # sent as `x-api-key`
+AUTH_TOKEN_ENV = "ANTHROPIC_AUTH_TOKEN"  # a gateway's bearer token, sent as `Authorization: Bearer <token>`
+# First set wins, as in the Claude Code CLI itself: its "Authentication precedence" puts ANTHROPIC_AUTH_TOKEN
+# (Authorization: Bearer) before ANTHROPIC_API_KEY (X-Api-Key), and its LLM-gateway page says which header each
+# is sent as (code.claude.com/docs/en/authentication; docs.anthropic.com/en/docs/claude-code/llm-gateway).
+# Following the CLI means a setup that works with `claude` outside skillevo authenticates the same way here.
+CREDENTIAL_ENVS = (AUTH_TOKEN_ENV, API_KEY_ENV)
 _SNAPSHOT_OF = {snapshot: short for short, (snapshot, _, _) in MODEL_IDS.items()}
 
 
@@ -74,6 +87,37 @@ def check_id(name: str, where: str, today: date) -> list[str]:
 
 
 @dataclass(frozen=True)
+class Credential:
+    """The real model credential and the variable it was read from. It stays on the host: the relay sends it,
+    the sandbox holds a placeholder. `secret` is left out of repr, so a spec that is logged or raised with its
+    fields never prints it."""
+
+    env: str  # one of CREDENTIAL_ENVS
+    secret: str = field(repr=False)
+
+    @property
+    def header(self) -> str:
+        """The header the relay sends it in: the one the CLI itself would use for this variable."""
+        return "authorization" if self.env == AUTH_TOKEN_ENV else "x-api-key"
+
+    def environ(self) -> dict[str, str]:
+        """This credential as another process's environment (a Ray worker's): its own variable set and the others
+        emptied, so `credential()` there picks this one whatever that machine's environment already holds."""
+        return {name: self.secret if name == self.env else "" for name in CREDENTIAL_ENVS}
+
+
+def credential(environ: Mapping[str, str] | None = None) -> Credential | None:
+    """The credential in `environ` (default: this process's), by the CLI's precedence; None when none is set.
+    An empty variable counts as unset."""
+    environ = os.environ if environ is None else environ
+    found = [name for name in CREDENTIAL_ENVS if environ.get(name)]
+    if len(found) > 1:
+        log.warning("%s and %s are both set: the token is sent (Authorization: Bearer) and the key is ignored, as "
+                    "the Claude Code CLI does; unset one to silence this", AUTH_TOKEN_ENV, API_KEY_ENV)
+    return Credential(found[0], environ[found[0]]) if found else None
+
+
+@dataclass(frozen=True)
 class Model:
     """Which model answers the sessions, and at which base URL (the simulator's, the API's, an endpoint's)."""
 
@@ -87,23 +131,26 @@ class Model:
         return self.backend == "simulator"
 
 
-def resolve(model: Any, simulator_url: str | None, name: str | None = None) -> tuple[Model, str | None]:
+def resolve(model: Any, simulator_url: str | None, name: str | None = None) -> tuple[Model, Credential | None]:
     """The model for `config.ModelParams` and its credential (from the environment, never from a file).
 
     `name` overrides the model id (the proposer's own model); `simulator_url` is required for the simulator.
+    A real backend (anthropic, endpoint) without a credential is refused before any work: every session would
+    otherwise fail on a 401, one cell at a time.
     """
     name = name or model.name
     if model.backend == "simulator":
         if simulator_url is None:
             raise BrokenEnvironment("the simulator backend needs a running simulator")
         return Model("simulator", name, simulator_url, model.effort), None
-    key = os.environ.get(API_KEY_ENV) or None
+    found = credential()
+    if found is None:
+        raise BrokenEnvironment(f"model.backend is {model.backend} but neither {AUTH_TOKEN_ENV} (a gateway's bearer "
+                                f"token) nor {API_KEY_ENV} is set in the environment (export one; never put it in a "
+                                "file) (rule: a credential from the environment)")
     if model.backend == "anthropic":
-        if not key:
-            raise BrokenEnvironment(f"model.backend is anthropic but {API_KEY_ENV} is not set in the environment "
-                                    "(export it; never put it in a file)")
-        return Model("anthropic", name, ANTHROPIC_URL, model.effort), key
-    return Model("endpoint", name, model.base_url, model.effort), key
+        return Model("anthropic", name, ANTHROPIC_URL, model.effort), found
+    return Model("endpoint", name, model.base_url, model.effort), found
 
 
 def check_reachable(model: Model, timeout_s: float = 10.0) -> None:

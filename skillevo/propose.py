@@ -14,7 +14,7 @@ from typing import Any
 from skillevo import documents, layout, overlay, safefs
 from skillevo.agent import SessionSpec, run_session
 from skillevo.errors import BadInput
-from skillevo.models import Model
+from skillevo.models import Credential, Model
 from skillevo.oracle_guard import OracleGuard
 from skillevo.sandbox import Mount
 
@@ -34,7 +34,7 @@ def render_prompt(template_path: Path, evolvable: list[str], max_changed_lines: 
 
 
 def run(*, prompt: str, skills_dir: Path, evidence_dir: Path, evolvable: list[str], model: Model,
-        api_key: str | None, limits: overlay.Limits, out: Path, timeout_s: float) -> dict[str, Any]:
+        credential: Credential | None, limits: overlay.Limits, out: Path, timeout_s: float) -> dict[str, Any]:
     """Run the session; export overlay/, proposal.md and session.json to `out` (which must be empty)."""
     if out.exists() and (out.is_symlink() or not out.is_dir() or any(out.iterdir())):
         raise ProposalRefused(f"{out}: not an empty directory (rule: a proposal is written once)")
@@ -44,7 +44,7 @@ def run(*, prompt: str, skills_dir: Path, evidence_dir: Path, evolvable: list[st
         safefs.write_tree(ws / "skills", family)
         (ws / "out").mkdir(parents=True)
         record = run_session(SessionSpec(
-            prompt=prompt, workspace=ws, model=model.name, endpoint=model.endpoint, api_key=api_key,
+            prompt=prompt, workspace=ws, model=model.name, endpoint=model.endpoint, credential=credential,
             transcript_dir=out / "transcripts", transcript_name="proposer", expected_skill=None,
             readonly_paths=(), mounts=(Mount(evidence_dir.absolute(), EVIDENCE_DST),), tools=TOOLS,
             timeout_s=timeout_s, effort=model.effort))

@@ -42,10 +42,10 @@ def run(args: argparse.Namespace) -> str:
             book = load_dir(args.playbooks)
             sim = stack.enter_context(Simulator(book, responders={"proposer": SimulatedProposer(book, set(evolvable))}))
             sim_url = sim.url("proposer")
-        model, api_key = models.resolve(params.model, sim_url, params.proposer_model)
+        model, credential = models.resolve(params.model, sim_url, params.proposer_model)
         models.check_reachable(model)
         record = propose.run(prompt=prompt, skills_dir=stage.skills_dir(args, params), evidence_dir=args.evidence,
-                             evolvable=evolvable, model=model, api_key=api_key, limits=limits, out=args.out,
+                             evolvable=evolvable, model=model, credential=credential, limits=limits, out=args.out,
                              timeout_s=params.propose.timeout_s)
     return (f"propose: {', '.join(record['overlay_files'])} ({record['changed_lines']} changed lines); "
             f"see {args.out / 'proposal.md'}")

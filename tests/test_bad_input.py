@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from skillevo import safefs, sandbox
+from skillevo import models, safefs, sandbox
 from skillevo.agent import SessionSpec, cli, run_session
 from skillevo.sandbox import process
 from skillevo.simulator import Simulator, demo
@@ -67,8 +67,9 @@ def test_a_real_key_reaches_the_endpoint_but_no_argv_or_sandbox_environment(monk
     monkeypatch.setattr(process.subprocess, "Popen", recording_popen)
     with Simulator(book, api_key=PLANTED_KEY) as sim:
         record = run_session(SessionSpec(prompt=PROMPT, workspace=make_workspace(tmp_path), model=demo.MODEL,
-                                         endpoint=sim.url(), api_key=PLANTED_KEY, transcript_dir=tmp_path / "t",
-                                         transcript_name="key", expected_skill="work", timeout_s=90))
+                                         endpoint=sim.url(), transcript_dir=tmp_path / "t", transcript_name="key",
+                                         credential=models.Credential(models.API_KEY_ENV, PLANTED_KEY),
+                                         expected_skill="work", timeout_s=90))
     assert record["ok"], record["error_detail"]  # the key did arrive: the simulator refuses any other
     assert spawned and any("bwrap" in argv[0] for argv, _ in spawned)
     for argv, env in spawned:
@@ -122,7 +123,8 @@ def test_a_missing_cli_gets_one_line_and_exit_69(monkeypatch, tmp_path, capsys):
 
 @pytest.mark.cli
 @pytest.mark.bwrap
-def test_an_endpoint_that_does_not_answer_gets_one_line_before_any_cell(tmp_path, capsys):
+def test_an_endpoint_that_does_not_answer_gets_one_line_before_any_cell(monkeypatch, tmp_path, capsys):
+    monkeypatch.setenv(models.AUTH_TOKEN_ENV, "a-gateway-token")
     with socket.socket() as closed:
         closed.bind(("127.0.0.1", 0))
         port = closed.getsockname()[1]  # bound, never listening: connections are refused
@@ -130,6 +132,19 @@ def test_an_endpoint_that_does_not_answer_gets_one_line_before_any_cell(tmp_path
         assert bench_stage.main(args) == ENVIRONMENT
     _one_line(capsys.readouterr().err, rf"^bench: environment: model endpoint http://127\.0\.0\.1:{port} does not "
                                        r"answer .*\(rule: reachable endpoint\)")
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.cli
+@pytest.mark.bwrap
+def test_a_real_backend_without_a_credential_gets_one_line_before_any_cell(monkeypatch, tmp_path, capsys):
+    for name in models.CREDENTIAL_ENVS:
+        monkeypatch.delenv(name, raising=False)
+    args = _bench_args(tmp_path, model={"backend": "endpoint", "base_url": "http://127.0.0.1:9"})
+    assert bench_stage.main(args) == ENVIRONMENT
+    _one_line(capsys.readouterr().err, r"^bench: environment: model\.backend is endpoint but neither "
+                                       r"ANTHROPIC_AUTH_TOKEN .* nor ANTHROPIC_API_KEY is set .*\(rule: a credential "
+                                       r"from the environment\)$")
     assert not (tmp_path / "out").exists()
 
 

@@ -11,6 +11,7 @@ import pytest
 
 from skillevo import sandbox
 from skillevo.agent import SessionSpec, run_session
+from skillevo.models import API_KEY_ENV, Credential
 from skillevo.results import read_artifact
 from skillevo.simulator import EscapeTargets, Simulator
 from tests.conftest import PLANTED_KEY, PROMPT, SKILL, make_workspace, session_processes
@@ -50,7 +51,8 @@ def escape_run(book, tmp_path_factory):
     try:
         with Simulator(book, api_key=PLANTED_KEY, escape=targets) as sim:
             record = run_session(SessionSpec(prompt=PROMPT, workspace=ws, model="claude-sonnet-4-5",
-                                             endpoint=sim.url("escape"), api_key=PLANTED_KEY,
+                                             endpoint=sim.url("escape"),
+                                             credential=Credential(API_KEY_ENV, PLANTED_KEY),
                                              transcript_dir=root / "transcripts", transcript_name="escape",
                                              expected_skill="work", timeout_s=120, max_retries=0))
     finally:

@@ -39,7 +39,7 @@ def _propose(root: Path, endpoint_mode: str, out: Path, **sim_kw) -> dict:
     with Simulator(book, responders={"proposer": SimulatedProposer(book, {"plan", "work"})}, **sim_kw) as sim:
         return propose.run(prompt=propose.render_prompt(ROOT / "prompts/propose.md", ["plan", "work"], 40),
                            skills_dir=ROOT / "skills", evidence_dir=root / "evidence", evolvable=["plan", "work"],
-                           model=Model("simulator", demo.MODEL, sim.url(endpoint_mode)), api_key=None,
+                           model=Model("simulator", demo.MODEL, sim.url(endpoint_mode)), credential=None,
                            limits=overlay.Limits(max_changed_lines=40), out=out, timeout_s=120)
 
 

@@ -44,6 +44,7 @@ from skillevo.schemas import validate
 from skillevo.simulator import Simulator, demo, load_all
 from tests.bench_fixtures import ROOT, make_mini, params, params_doc
 from tests.conftest import carrying, cmdline, process_tree, session_processes
+from tests.gateway import BearerGateway
 
 pytestmark = [pytest.mark.ray, pytest.mark.cli, pytest.mark.bwrap]
 TASKS = ROOT / "tasks/tasks.yaml"
@@ -197,7 +198,8 @@ def cluster(tmp_path_factory):
     temp = tmp_path_factory.mktemp("ray")
     if len(str(temp)) > 40:  # Ray puts Unix sockets ~70 bytes below it; their paths must stay under 107
         temp = Path(tempfile.mkdtemp(prefix="skr-"))
-    env = {k: v for k, v in os.environ.items() if k != ray_executor.API_KEY_ENV}  # a key may come only from the job
+    # a credential may come only from the job
+    env = {k: v for k, v in os.environ.items() if k not in models.CREDENTIAL_ENVS}
     port = _free_port()
     node = ["--node-ip-address=127.0.0.1", f"--temp-dir={temp}", "--num-cpus=1", "--object-store-memory=100000000",
             "--disable-usage-stats", f"--resources={json.dumps({ray_executor.SANDBOX_RESOURCE: 1})}"]
@@ -369,7 +371,8 @@ def test_worker_lost_on_every_try_becomes_an_infra_error_row(cluster, tmp_path):
     _reap_sandboxes_of_killed_workers(tmp_path)
 
 
-def test_api_key_travels_only_in_the_runtime_env(cluster, tmp_path, monkeypatch):
+@pytest.mark.parametrize("env", models.CREDENTIAL_ENVS)
+def test_api_key_travels_only_in_the_runtime_env(cluster, tmp_path, monkeypatch, env):
     assert "runtime_env" not in RayExecutor.from_params(params().bench).init_kwargs()  # no key (simulator): none sent
     p = params(runs=1)
     side, tasks_file = _mini_side(tmp_path, p, tasks=1)
@@ -380,14 +383,19 @@ def test_api_key_travels_only_in_the_runtime_env(cluster, tmp_path, monkeypatch)
                         lambda self, task, *args: submitted.append(args) or original(self, task, *args))
     scratch = _scratch(tmp_path)
     results = []
-    # the endpoint backend against a simulator that refuses any other key: a resolved row proves the key arrived
-    with Simulator(load_all([tasks_file.parent / "playbooks/mini.yaml"]), api_key=KEY) as sim:
-        cells = build_cells(side, p.bench, Model("endpoint", demo.MODEL, sim.url()),
-                            scratch)
-        RayExecutor.from_params(dataclasses.replace(p.bench, ray_address=cluster.address), api_key=KEY).run(
-            cells, lambda c, r: results.append(r), threading.Event())
+    # the endpoint backend against a simulator that refuses any other key (behind a gateway that answers only
+    # `Authorization: Bearer` for the token): a resolved row proves the credential arrived, sent as its variable says
+    with contextlib.ExitStack() as stack:
+        url = stack.enter_context(Simulator(load_all([tasks_file.parent / "playbooks/mini.yaml"]), api_key=KEY)).url()
+        gateway = stack.enter_context(BearerGateway(url, KEY)) if env == models.AUTH_TOKEN_ENV else None
+        url = gateway.url if gateway else url
+        cells = build_cells(side, p.bench, Model("endpoint", demo.MODEL, url), scratch)
+        RayExecutor.from_params(dataclasses.replace(p.bench, ray_address=cluster.address),
+                                models.Credential(env, KEY)).run(cells, lambda c, r: results.append(r),
+                                                                 threading.Event())
     [result] = results
     assert result.row["resolved"] is True and result.row["backend"] == "endpoint", result.row["error_detail"]
+    assert gateway is None or (gateway.seen and all(r["authorized"] for r in gateway.seen)), gateway.seen
     assert len(submitted) == 1 and KEY.encode() not in pickle.dumps(submitted)
     assert KEY.encode() not in canonical_json(result.row)
     assert result.artifacts and all(KEY.encode() not in data for data in result.artifacts.values())
@@ -439,7 +447,8 @@ def test_ctrl_c_cancels_outstanding_cells_and_keeps_the_finished_ones(cluster, t
 
 
 def test_a_local_instance_for_the_run_stays_on_loopback_and_goes_away(tmp_path, monkeypatch):
-    monkeypatch.delenv(ray_executor.API_KEY_ENV, raising=False)
+    for name in models.CREDENTIAL_ENVS:
+        monkeypatch.delenv(name, raising=False)
     p = params(runs=1, workers=1)  # ray_address: null
     side, _ = _mini_side(tmp_path, p, tasks=1)
     side.arms = [a for a in side.arms if a.name == "direct"]
@@ -454,12 +463,13 @@ def test_a_local_instance_for_the_run_stays_on_loopback_and_goes_away(tmp_path, 
         cells = build_cells(side, p.bench, Model("endpoint", demo.MODEL, sim.url()),
                             _scratch(tmp_path))
         with SocketWatch(None) as watch:  # this process's tree: the instance is started from here
-            RayExecutor.from_params(p.bench, api_key=KEY).run(cells, keep, threading.Event())
+            RayExecutor.from_params(p.bench, models.Credential(models.API_KEY_ENV, KEY)).run(cells, keep,
+                                                                                          threading.Event())
     watch.check()
     assert not watch.bad, watch.bad
     assert {"gcs_server", "raylet"} <= watch.listening, watch.listening
     assert [r.row["resolved"] for r in results] == [True], results[0].row["error_detail"]
-    assert ray_executor.API_KEY_ENV not in os.environ  # set for the instance's processes only
+    assert not set(models.CREDENTIAL_ENVS) & set(os.environ)  # set for the instance's processes only
     [session] = sessions
     assert not [p for p in Path(session).rglob("*") if p.is_file() and KEY.encode() in p.read_bytes()]
 

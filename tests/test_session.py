@@ -9,6 +9,7 @@ import pytest
 
 from skillevo import models
 from skillevo.agent import SessionSpec, run_session
+from skillevo.models import API_KEY_ENV, Credential
 from skillevo.results import read_artifact
 from skillevo.schemas import validate
 from skillevo.simulator import Simulator, demo
@@ -18,7 +19,8 @@ pytestmark = [pytest.mark.cli, pytest.mark.bwrap]
 
 
 def _spec(ws: Path, tmp: Path, url: str, name: str = "s", **kw) -> SessionSpec:
-    return SessionSpec(prompt=PROMPT, workspace=ws, model=demo.MODEL, endpoint=url, api_key=PLANTED_KEY,
+    return SessionSpec(prompt=PROMPT, workspace=ws, model=demo.MODEL, endpoint=url,
+                       credential=Credential(API_KEY_ENV, PLANTED_KEY),
                        transcript_dir=tmp / "transcripts", transcript_name=name, expected_skill="work",
                        timeout_s=kw.pop("timeout_s", 90), max_retries=0, **kw)
 

@@ -35,7 +35,7 @@ class SessionSpec:
     endpoint: str  # model base URL: the simulator's, https://api.anthropic.com, or any compatible endpoint
     transcript_dir: Path
     transcript_name: str
-    api_key: str | None = None  # the real credential; it stays on the host side of the relay
+    credential: models.Credential | None = None  # the real key or token; it stays on the host side of the relay
     expected_skill: str | None = None
     readonly_paths: tuple[str, ...] = (".claude",)  # workspace-relative, over-mounted read-only: skills and project settings
     mounts: tuple[Mount, ...] = ()
@@ -53,7 +53,7 @@ def _env(spec: SessionSpec) -> dict[str, str]:
     env.update({
         "CLAUDE_CONFIG_DIR": f"{sandbox.HOME}/.claude",
         "ANTHROPIC_BASE_URL": f"http://127.0.0.1:{RELAY_PORT}",
-        "ANTHROPIC_API_KEY": sandbox.PLACEHOLDER_KEY,
+        "ANTHROPIC_API_KEY": sandbox.PLACEHOLDER_KEY,  # for a real key or token alike: the relay replaces it
         "SKILLEVO_RELAY_PORT": str(RELAY_PORT),
         "DISABLE_AUTOUPDATER": "1",
         "DISABLE_TELEMETRY": "1",
@@ -94,7 +94,7 @@ def _stopped(spec: SessionSpec, record: dict[str, Any], finished: sandbox.Finish
 def run_session(spec: SessionSpec) -> dict[str, Any]:
     """Run one session; return its record (see schemas/session-record.schema.json)."""
     binary = cli.locate()
-    secrets = tuple(s for s in (spec.api_key,) if s)
+    secrets = (spec.credential.secret,) if spec.credential else ()
     record: dict[str, Any] = {
         "ok": False, "error_kind": None, "error_detail": None, "model": spec.model, "served_models": [],
         "cost_usd": None, **{f: 0 for f in stream.USAGE_FIELDS}, "num_turns": 0, "duration_s": 0.0, "wall_s": 0.0,
@@ -110,7 +110,9 @@ def run_session(spec: SessionSpec) -> dict[str, Any]:
         box = SandboxSpec(workspace=spec.workspace, private=private / "box", env=_env(spec), mounts=tuple(mounts),
                           relay_socket_dir=private / "relay", limits=spec.limits)
         argv = [LAUNCHER_DST] + cli.argv(model=spec.model, tools=spec.tools, max_turns=spec.max_turns, effort=spec.effort)
-        with sandbox.Relay(spec.endpoint, spec.api_key, private / "relay", timeout_s=spec.timeout_s) as relay:
+        cred = spec.credential  # sent by the relay in the header the CLI would use for its variable
+        with sandbox.Relay(spec.endpoint, cred.secret if cred else None, private / "relay", timeout_s=spec.timeout_s,
+                           auth_header=cred.header if cred else "x-api-key") as relay:
             finished = sandbox.run(box, argv, stdin=spec.prompt.encode(), timeout_s=spec.timeout_s,
                                    max_stdout=MAX_TRANSCRIPT_BYTES, cancel=spec.cancel)
             stalled_s, usage, served = relay.stalled_s(), dict(relay.usage), sorted(relay.models)

@@ -31,7 +31,7 @@ from skillevo.digests import framed_digest, sha256_bytes
 from skillevo.errors import BadInput
 from skillevo.events import USAGE_FIELDS
 from skillevo.limits import Limits
-from skillevo.models import Model
+from skillevo.models import Credential, Model
 from skillevo.redact import redact_text
 from skillevo.sandbox import SandboxSpec
 from skillevo.simulator.noise import route
@@ -149,7 +149,7 @@ def _endpoint(spec: CellSpec, session: int) -> str:
     return spec.model.endpoint.rstrip("/") + route(spec.task.id, spec.arm.name, spec.run, session)
 
 
-def _sessions(spec: CellSpec, ws: Path, row: dict, artifacts: dict, api_key: str | None,
+def _sessions(spec: CellSpec, ws: Path, row: dict, artifacts: dict, credential: Credential | None,
               cancel: threading.Event | None) -> None:
     """Every session of the arm, in order, whatever the earlier ones did; the first failure names the row."""
     fingerprint = skills_fingerprint(ws)
@@ -163,7 +163,7 @@ def _sessions(spec: CellSpec, ws: Path, row: dict, artifacts: dict, api_key: str
             with _Timer(row, "sessions_s"):
                 rec = run_session(SessionSpec(
                     prompt=session.prompt.format(prompt=spec.task.prompt), workspace=ws, model=spec.model.name,
-                    endpoint=_endpoint(spec, i + 1), api_key=api_key, expected_skill=session.skill,
+                    endpoint=_endpoint(spec, i + 1), credential=credential, expected_skill=session.skill,
                     transcript_dir=Path(tdir), transcript_name=f"{spec.name}-s{i + 1}-{session.skill}",
                     timeout_s=spec.task.timeout_s, max_retries=spec.max_retries, effort=spec.model.effort,
                     cancel=cancel, limits=spec.limits))
@@ -211,7 +211,8 @@ def _scratch_full(scratch: Path) -> bool:
     return st.f_bavail * st.f_frsize < MIN_FREE_BYTES
 
 
-def run_cell(spec: CellSpec, *, api_key: str | None = None, cancel: threading.Event | None = None) -> CellResult:
+def run_cell(spec: CellSpec, *, credential: Credential | None = None,
+             cancel: threading.Event | None = None) -> CellResult:
     """Run one cell. A cell cancelled before it finished is a `cancelled` row (excluded)."""
     row, artifacts = _base_row(spec), {}
     start, oracle_s = time.monotonic(), 0.0
@@ -229,7 +230,7 @@ def run_cell(spec: CellSpec, *, api_key: str | None = None, cancel: threading.Ev
                 _fail(row, "infra-error", f"setup failed ({setup.state}, exit {setup.returncode}): "
                       f"{setup.stderr_tail.decode(errors='replace')}")
         if row["error_kind"] is None:
-            _sessions(spec, ws, row, artifacts, api_key, cancel)
+            _sessions(spec, ws, row, artifacts, credential, cancel)
         if row["phases"]["sessions_s"] and row["error_kind"] != "cancelled":  # whatever the sessions left
             with _Timer(row, "churn_s"):
                 stats, patch = churn.measure(spec.template, ws, spec.churn_exclude)

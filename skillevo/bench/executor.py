@@ -16,6 +16,7 @@ from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from typing import Protocol
 
 from skillevo.bench.cell import CellResult, CellSpec, run_cell
+from skillevo.models import Credential
 
 OnResult = Callable[[CellSpec, CellResult], None]
 
@@ -27,14 +28,14 @@ class Executor(Protocol):
 class LocalExecutor:
     """`workers` cells at once on this machine (threads: each cell is a handful of subprocesses)."""
 
-    def __init__(self, workers: int, api_key: str | None = None) -> None:
+    def __init__(self, workers: int, credential: Credential | None = None) -> None:
         self.workers = workers  # params bench.workers, validated by skillevo.config
-        self._api_key = api_key
+        self._credential = credential
 
     def run(self, cells: Sequence[CellSpec], on_result: OnResult, cancel: threading.Event) -> None:
         pool = ThreadPoolExecutor(self.workers, thread_name_prefix="cell")
         try:
-            pending = {pool.submit(run_cell, c, api_key=self._api_key, cancel=cancel): c for c in cells}
+            pending = {pool.submit(run_cell, c, credential=self._credential, cancel=cancel): c for c in cells}
             while pending:
                 done, _ = wait(pending, timeout=0.2, return_when=FIRST_COMPLETED)
                 for future in done:

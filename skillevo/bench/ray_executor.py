@@ -11,9 +11,11 @@ results.jsonl, transcripts and patches are written by the same code.
 - Cancellation (Ctrl-C) stops queued and running cells through a file in the (shared) scratch
   directory; running ones tear their sandboxes down as a cancelled local cell does. Whatever has not
   stopped within a grace period ends with the job (ray.shutdown kills its workers).
-- The API key travels only in the job's runtime environment (`ANTHROPIC_API_KEY` on the workers, set
-  at `ray.init`, and only when there is a key) or in the workers' own environment (a local instance's
-  workers inherit this process's): never in a task's arguments, and never in a row or artifact.
+- The credential (an API key or a gateway's bearer token) travels only in the job's runtime environment,
+  under the variable it was read from (`ANTHROPIC_API_KEY` or `ANTHROPIC_AUTH_TOKEN` on the workers, the
+  other emptied, set at `ray.init`, and only when there is one) or in the workers' own environment (a local
+  instance's workers inherit this process's): never in a task's arguments, and never in a row or artifact.
+  A worker reads it with skillevo.models.credential(), the same rule as the driver.
 - A cell's spec holds paths on the driver's machine (its template and scratch directory). Remote
   workers need the same paths (a shared filesystem, or the project image with the checkout mounted at
   the same place); a worker without them, or without the sandbox's prerequisites, stops the run with
@@ -40,6 +42,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from skillevo import models
 from skillevo.bench.cell import CellResult, CellSpec, infra_error, run_cell
 from skillevo.bench.executor import OnResult
 from skillevo.config import BenchParams
@@ -47,15 +50,14 @@ from skillevo.errors import BrokenEnvironment
 
 log = logging.getLogger(__name__)
 
-API_KEY_ENV = "ANTHROPIC_API_KEY"
 SANDBOX_RESOURCE = "skillevo_sandbox"
 MAX_RESULT_BYTES = 64 << 20  # a cell's artifacts, all together (each is already bounded by the cell)
 CANCEL_GRACE_S = 20.0  # a cancelled cell stops its sandboxes within a few seconds; then it is killed
 LOCAL_OBJECT_STORE_BYTES = 256 << 20
 _BUILTIN = {"num_cpus": "CPU", "num_gpus": "GPU", "memory": "memory"}
 # a local instance turns on Ray's token auth (RAY_AUTH_MODE, token in ~/.ray/auth_token) for the process;
-# the key is set for the instance's processes to inherit
-_ENV_RAY_SETS = ("RAY_AUTH_MODE", "RAY_USAGE_STATS_ENABLED", API_KEY_ENV)
+# the credential is set for the instance's processes to inherit
+_ENV_RAY_SETS = ("RAY_AUTH_MODE", "RAY_USAGE_STATS_ENABLED", *models.CREDENTIAL_ENVS)
 
 
 class RayExecutorError(BrokenEnvironment):
@@ -91,9 +93,9 @@ def _check_node(spec: CellSpec) -> None:
         _prerequisites_ok = True
 
 
-def _api_key(spec: CellSpec) -> str | None:
-    """The key comes from this worker's environment (the job's runtime_env puts the driver's there)."""
-    return None if spec.model.simulated else (os.environ.get(API_KEY_ENV) or None)
+def _credential(spec: CellSpec) -> models.Credential | None:
+    """The credential comes from this worker's environment (the job's runtime_env puts the driver's there)."""
+    return None if spec.model.simulated else models.credential()
 
 
 def skillevo_cell(spec: CellSpec, stop_file: str) -> CellResult | None:
@@ -110,7 +112,7 @@ def skillevo_cell(spec: CellSpec, stop_file: str) -> CellResult | None:
 
     def job() -> None:
         try:
-            outcome["result"] = run_cell(spec, api_key=_api_key(spec), cancel=cancel)
+            outcome["result"] = run_cell(spec, credential=_credential(spec), cancel=cancel)
         except BaseException as e:  # noqa: BLE001 - handed to the task's thread below
             outcome["error"] = e
 
@@ -155,18 +157,18 @@ class RayExecutor:
     """Cells as Ray tasks on the cluster at `address` (None: a local instance started for this run)."""
 
     def __init__(self, address: str | None = None, *, max_retries: int, cell_resources: Mapping[str, float],
-                 local_workers: int, api_key: str | None = None) -> None:
+                 local_workers: int, credential: models.Credential | None = None) -> None:
         """Values come from params bench.* (validated by skillevo.config)."""
         self.address = address or None
         self.max_retries = max_retries
         self.cell_resources = {name: float(amount) for name, amount in cell_resources.items()}
         self.local_workers = local_workers
-        self._api_key = api_key
+        self._credential = credential
 
     @classmethod
-    def from_params(cls, bench: BenchParams, api_key: str | None = None) -> RayExecutor:
+    def from_params(cls, bench: BenchParams, credential: models.Credential | None = None) -> RayExecutor:
         return cls(bench.ray_address, max_retries=bench.ray_max_retries, cell_resources=bench.ray_cell_resources,
-                   local_workers=bench.workers, api_key=api_key)
+                   local_workers=bench.workers, credential=credential)
 
     # what the task asks of a node, in Ray's terms
     def task_options(self) -> dict[str, Any]:
@@ -182,14 +184,14 @@ class RayExecutor:
         return options
 
     def init_kwargs(self) -> dict[str, Any]:
-        """ray.init's arguments. On a cluster the key, when there is one, goes only into the job's
+        """ray.init's arguments. On a cluster the credential, when there is one, goes only into the job's
         runtime_env; a local instance's workers inherit it from this process's environment instead
         (Ray's runtime-env agent writes every runtime_env it sets up into its log file)."""
         # "local": always a new instance for this run, never whatever `ray start` left running here
         kwargs: dict[str, Any] = {"address": self.address or "local", "log_to_driver": False,
                                   "namespace": "skillevo"}
-        if self._api_key and self.address is not None:
-            kwargs["runtime_env"] = {"env_vars": {API_KEY_ENV: self._api_key}}
+        if self._credential and self.address is not None:
+            kwargs["runtime_env"] = {"env_vars": self._credential.environ()}
         if self.address is None:  # a local instance sized like LocalExecutor(bench.workers), on loopback only
             demand = {_BUILTIN.get(n, n): a * self.local_workers for n, a in self.cell_resources.items()}
             kwargs.update(num_cpus=math.ceil(max(demand.pop("CPU", 0), 1)), include_dashboard=False,
@@ -203,15 +205,15 @@ class RayExecutor:
     def _connect(self, ray: Any) -> None:
         """Connect, or start a local instance; a connection made before the bench is used as it is."""
         if ray.is_initialized():
-            if self._api_key:
-                log.warning("ray was initialized before the bench: the API key must come from the workers' "
-                            "own environment (%s)", API_KEY_ENV)
+            if self._credential:
+                log.warning("ray was initialized before the bench: the credential must come from the workers' "
+                            "own environment (%s)", self._credential.env)
             return
         self._check_reachable()
         if self.address is None:
             os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")  # offline: no usage reports
-            if self._api_key:  # the instance's processes start with this environment
-                os.environ[API_KEY_ENV] = self._api_key
+            if self._credential:  # the instance's processes start with this environment
+                os.environ.update(self._credential.environ())
         # ray.init replaces the SIGTERM handler with sys.exit; the bench's own (cancel, keep finished
         # cells, exit 130) stays in charge
         main = threading.current_thread() is threading.main_thread()

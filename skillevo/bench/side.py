@@ -162,13 +162,13 @@ def _check_headroom(scratch: Path, bench: BenchParams) -> None:
                                 " MB); free space, lower bench.workers or disk_mb, or set TMPDIR (rule: disk headroom)")
 
 
-def _executor(params: Params, api_key: str | None) -> Executor:
+def _executor(params: Params, credential: models.Credential | None) -> Executor:
     """bench.executor: local (cells on this machine) or ray (cells as tasks on a Ray cluster)."""
     if params.bench.executor == "ray":
         from skillevo.bench.ray_executor import RayExecutor  # noqa: PLC0415 - the optional `ray` extra
 
-        return RayExecutor.from_params(params.bench, api_key)
-    return LocalExecutor(params.bench.workers, api_key)
+        return RayExecutor.from_params(params.bench, credential)
+    return LocalExecutor(params.bench.workers, credential)
 
 
 def run_side(p: SidePlan, params: Params, out: Path, *, executor: Executor | None = None, quiet: bool = False,
@@ -185,9 +185,9 @@ def run_side(p: SidePlan, params: Params, out: Path, *, executor: Executor | Non
             noise = Noise.from_params(params.simulator, params.sampling.replicate)
             sim_url = stack.enter_context(Simulator(load_dir(p.tasks_file.parent / "playbooks"), noise=noise,
                                                     max_retries=params.bench.max_retries)).url()
-        mdl, api_key = models.resolve(params.model, sim_url)
+        mdl, credential = models.resolve(params.model, sim_url)
         models.check_reachable(mdl)
-        runner = executor or _executor(params, api_key)
+        runner = executor or _executor(params, credential)
         cells = build_cells(p, params.bench, mdl, scratch)
         out.mkdir(parents=True, exist_ok=True)
         writer = _Writer(out, len(cells), quiet)
