@@ -117,8 +117,13 @@ def evolve(generations: int, dvc: str, noise: str | None = None, params: Path = 
     return 0
 
 
+# A confirmation re-measures the frozen candidate as it is: only these stages run, so evidence, propose and
+# freeze keep what dvc.lock recorded (a real proposer given fresh evidence would write another candidate).
+CONFIRM_STAGES = ("bench@incumbent", "preflight", "bench@candidate", "gate")
+
+
 def _generation(dvc: str, confirms: int | None = None) -> list[dict[str, Any]]:
-    _run([dvc, "repro"])
+    _run([dvc, "repro"] if confirms is None else [dvc, "repro", "--single-item", *CONFIRM_STAGES])
     ds = decisions()
     for d in ds:
         print(f"   {d['candidate_arm']}: {d['decision']} — {(d['reasons'] or [''])[0]}")
