@@ -46,6 +46,7 @@ class SkillsParams:
     evolvable: tuple[str, ...]
     skills: str  # the canonical directory, repo-relative
     mirrors: tuple[str, ...]
+    frontmatter_keys: frozenset[str] = frozenset()  # allowed beyond the specification's (skillevo.frontmatter)
 
     @property
     def roots(self) -> tuple[str, ...]:
@@ -76,6 +77,7 @@ class ProposeParams:
     max_changed_lines: int
     timeout_s: float
     model: str | None
+    allow: tuple[str, ...] = ()  # supporting-files | scripts | privileged-frontmatter (skillevo.overlay)
 
 
 @dataclass(frozen=True)
@@ -248,7 +250,8 @@ def parse(doc: Any, source: str = "params.yaml", *, today: date | None = None) -
     return Params(
         source=source,
         model=_typed(ModelParams, filled["model"]),
-        skills=SkillsParams(tuple(skills["evolvable"]), skills["paths"]["skills"], tuple(skills["paths"]["mirrors"])),
+        skills=SkillsParams(tuple(skills["evolvable"]), skills["paths"]["skills"], tuple(skills["paths"]["mirrors"]),
+                            frozenset(skills["frontmatter_keys"])),
         tasks=_typed(TasksParams, filled["tasks"]),
         evidence=_typed(EvidenceParams, filled["evidence"]),
         propose=_typed(ProposeParams, filled["propose"]),

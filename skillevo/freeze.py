@@ -61,12 +61,12 @@ def freeze(overlay_dir: Path, *, params: Params, tasks_file: Path, repo: Path, o
 
     `session` is the proposer's session record (for its model); None for a hand-written candidate.
     """
-    limits = overlay.Limits(max_changed_lines=params.propose.max_changed_lines)
+    limits = overlay.Limits.from_params(params)
     files = overlay.read_overlay(overlay_dir, limits)
-    family = layout.read_family(repo / params.skills.skills)
+    family = layout.read_family(repo / params.skills.skills, params.skills.frontmatter_keys)
     tasks = tasks_mod.load(tasks_file, target_roots=params.tasks.target_roots)
     evolvable = set(params.skills.evolvable)
-    changed = overlay.validate(files, family, evolvable, OracleGuard.for_tasks(tasks), limits, params.skills.skills)
+    checked = overlay.validate(files, family, evolvable, OracleGuard.for_tasks(tasks), limits, params.skills.skills)
     arms.check_skills(params.arms, layout.skill_names_in(family), params.source)
     required = arms.required_candidate_arms({layout.skill_of(rel) for rel in files}, params.arms)
     if not required:
@@ -83,7 +83,8 @@ def freeze(overlay_dir: Path, *, params: Params, tasks_file: Path, repo: Path, o
         "candidate_origin": "proposer" if session is not None else "hand-written",
         "proposer_model": model,
         "evolvable_skills": sorted(evolvable),
-        "changed_lines": changed,
+        "changed_lines": checked.changed_lines,
+        "frontmatter_changes": checked.frontmatter_changes,
     }
     validate(manifest, "freeze-manifest", out / MANIFEST)
     if out.exists() and not out.is_symlink() and out.is_dir() and set(p.name for p in out.iterdir()) - {MANIFEST, OVERLAY}:

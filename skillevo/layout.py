@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from skillevo import safefs
+from skillevo import frontmatter, safefs
 from skillevo.errors import BadInput
 
 SKILL_FILE = "SKILL.md"
@@ -63,11 +63,12 @@ def skill_of(rel: str) -> str:
     return rel.split("/", 1)[0]
 
 
-def read_family(skills_dir: str | Path) -> dict[str, bytes]:
+def read_family(skills_dir: str | Path, frontmatter_keys: frozenset[str] = frozenset()) -> dict[str, bytes]:
     """Every file of the skill family (`<skill>/<path>` -> bytes), without following links, within bounds.
 
-    A skill is a directory holding SKILL.md; Markdown must be UTF-8 text without NUL bytes (it reaches the
-    model as text), and a stray file at the top level is refused.
+    A skill is a directory holding SKILL.md with a valid frontmatter (skillevo.frontmatter; `frontmatter_keys`
+    are params skills.frontmatter_keys); Markdown must be UTF-8 text without NUL bytes (it reaches the model
+    as text), and a stray file at the top level is refused.
     """
     skills_dir = Path(skills_dir)
     files = safefs.read_tree(skills_dir, max_file_bytes=MAX_SKILL_FILE_BYTES, max_total_bytes=MAX_FAMILY_BYTES,
@@ -84,6 +85,7 @@ def read_family(skills_dir: str | Path) -> dict[str, bytes]:
             raise BadInput(f"{skills_dir}/{skill}: a skill directory must hold {SKILL_FILE} (rule: family layout)")
     if not names:
         raise BadInput(f"{skills_dir}: holds no skill (<skill>/{SKILL_FILE}) (rule: family layout)")
+    frontmatter.check_family(files, str(skills_dir), SKILL_FILE, frontmatter_keys)
     return files
 
 

@@ -12,10 +12,13 @@ import difflib
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
-from skillevo import safefs
+from skillevo import frontmatter, layout, safefs
 from skillevo.errors import BadInput
 from skillevo.oracle_guard import OracleGuard
+
+PRIVILEGED_FRONTMATTER = "privileged-frontmatter"  # a propose.allow value
 
 
 @dataclass(frozen=True)
@@ -26,6 +29,20 @@ class Limits:
     max_path_bytes: int = 256
     max_file_bytes: int = 64 << 10
     max_total_bytes: int = 256 << 10
+    allow: frozenset[str] = frozenset()  # params propose.allow
+    frontmatter_keys: frozenset[str] = frozenset()  # params skills.frontmatter_keys
+
+    @classmethod
+    def from_params(cls, params: Any) -> Limits:
+        """The one place params become overlay rules (propose, freeze and apply all check through them)."""
+        return cls(max_changed_lines=params.propose.max_changed_lines, allow=frozenset(params.propose.allow),
+                   frontmatter_keys=params.skills.frontmatter_keys)
+
+
+@dataclass(frozen=True)
+class Checked:
+    changed_lines: int
+    frontmatter_changes: list[str]  # every header key the overlay adds, removes or changes (skillevo.frontmatter)
 
 
 class OverlayRefused(BadInput):
@@ -61,8 +78,10 @@ def changed_lines(old: bytes, new: bytes) -> int:
 
 
 def validate(files: Mapping[str, bytes], family: Mapping[str, bytes], evolvable: set[str], guard: OracleGuard,
-             limits: Limits, skills_dir: str = "skills") -> int:
-    """Check every rule that needs the incumbent family and the oracles; returns the changed-line count."""
+             limits: Limits, skills_dir: str = "skills") -> Checked:
+    """Check every rule that needs the incumbent family and the oracles: the candidate family (the incumbent
+    with the overlay on top) must keep every frontmatter rule, and may not touch a privileged key unless
+    params allow it."""
     changed = 0
     for rel, data in sorted(files.items()):
         parts = rel.split("/")
@@ -85,4 +104,12 @@ def validate(files: Mapping[str, bytes], family: Mapping[str, bytes], evolvable:
     if changed > limits.max_changed_lines:
         raise _refuse("*", f"{changed} changed lines, over the edit budget of {limits.max_changed_lines} "
                            "(rule: propose.max_changed_lines)")
-    return changed
+    before = frontmatter.check_family(family, skills_dir, layout.SKILL_FILE, limits.frontmatter_keys)
+    touched = {layout.skill_of(rel) for rel in files}
+    try:
+        after = frontmatter.check_family({**family, **files}, "overlay", layout.SKILL_FILE, limits.frontmatter_keys)
+        frontmatter.check_privileged(before, {k: v for k, v in after.items() if k in touched}, "overlay",
+                                     PRIVILEGED_FRONTMATTER in limits.allow)
+    except BadInput as e:
+        raise OverlayRefused(str(e)) from None
+    return Checked(changed, frontmatter.changes(before, after))

@@ -33,12 +33,19 @@ def render_prompt(template_path: Path, evolvable: list[str], max_changed_lines: 
     return template.replace("{evolvable}", ", ".join(evolvable)).replace("{max_changed_lines}", str(max_changed_lines))
 
 
+def frontmatter_note(checked: overlay.Checked) -> str:
+    """Appended to proposal.md by skillevo, not the proposer: a header change must be seen, not trusted to prose."""
+    lines = ["## Frontmatter changes (computed by skillevo)", ""]
+    lines += [f"- {change}" for change in checked.frontmatter_changes] or ["None: every SKILL.md header is unchanged."]
+    return "\n".join(lines) + "\n"
+
+
 def run(*, prompt: str, skills_dir: Path, evidence_dir: Path, evolvable: list[str], model: Model,
         credential: Credential | None, limits: overlay.Limits, out: Path, timeout_s: float) -> dict[str, Any]:
     """Run the session; export overlay/, proposal.md and session.json to `out` (which must be empty)."""
     if out.exists() and (out.is_symlink() or not out.is_dir() or any(out.iterdir())):
         raise ProposalRefused(f"{out}: not an empty directory (rule: a proposal is written once)")
-    family = layout.read_family(skills_dir)
+    family = layout.read_family(skills_dir, limits.frontmatter_keys)
     with tempfile.TemporaryDirectory(prefix="skillevo-propose-") as tmp:
         ws = Path(tmp) / "ws"
         safefs.write_tree(ws / "skills", family)
@@ -54,8 +61,9 @@ def run(*, prompt: str, skills_dir: Path, evidence_dir: Path, evolvable: list[st
         if not (ws / "out/overlay").exists():
             raise ProposalRefused("the proposer wrote no overlay under out/overlay/ (rule: one overlay)")
         files = overlay.read_overlay(ws / "out/overlay", limits)
-        changed = overlay.validate(files, family, set(evolvable), OracleGuard(()), limits, str(skills_dir))
+        checked = overlay.validate(files, family, set(evolvable), OracleGuard(()), limits, str(skills_dir))
         text = safefs.read_text(ws / "out/proposal.md", max_bytes=MAX_PROPOSAL_BYTES, what="out/proposal.md")
     safefs.write_tree(out / "overlay", files)
-    safefs.write_atomic(out / "proposal.md", text.encode())
-    return {**record, "changed_lines": changed, "overlay_files": sorted(files)}
+    safefs.write_atomic(out / "proposal.md", (text.rstrip("\n") + "\n\n" + frontmatter_note(checked)).encode())
+    return {**record, "changed_lines": checked.changed_lines, "overlay_files": sorted(files),
+            "frontmatter_changes": checked.frontmatter_changes}

@@ -35,10 +35,11 @@ def parser() -> argparse.ArgumentParser:
 def run(args: argparse.Namespace) -> str:
     policy = stage.load_params("gate", args).gate
     incumbent, candidate = load_side(args.incumbent, "incumbent"), load_side(args.candidate, "candidate")
-    promotion = build_promotion(incumbent, candidate, load_freeze(args.freeze), policy, now=datetime.now(timezone.utc))
+    manifest = load_freeze(args.freeze)
+    promotion = build_promotion(incumbent, candidate, manifest, policy, now=datetime.now(timezone.utc))
     stage.warn("gate", [f"metric {policy.metric}: {w}" for w in [metric_warning(policy)] if w])
     write_promotion(promotion, args.out / "promotion.json")
-    return "\n".join(write_outputs(args.out, promotion, incumbent, candidate))
+    return "\n".join(write_outputs(args.out, promotion, incumbent, candidate, manifest))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -34,7 +34,7 @@ def parser() -> argparse.ArgumentParser:
 def run(args: argparse.Namespace) -> str:
     params = stage.load_params("propose", args)
     evolvable = list(params.skills.evolvable)
-    limits = overlay.Limits(max_changed_lines=params.propose.max_changed_lines)
+    limits = overlay.Limits.from_params(params)
     prompt = propose.render_prompt(args.prompt, evolvable, limits.max_changed_lines)
     with ExitStack() as stack:
         sim_url = None

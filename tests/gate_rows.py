@@ -140,6 +140,7 @@ def freeze(required: tuple[str, ...] = (CANDIDATE,), **fields: Any) -> dict[str,
         "proposer_model": "skillevo-sim-proposer-1",
         "evolvable_skills": ["work"],
         "changed_lines": 1,
+        "frontmatter_changes": [],
         **fields,
     }
 

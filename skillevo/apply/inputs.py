@@ -18,7 +18,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from skillevo import documents, layout, models, overlay, safefs
+from skillevo import documents, frontmatter, layout, models, overlay, safefs
 from skillevo.apply import anchor, evidence, fs
 from skillevo.apply.common import RECEIPT_SCHEMA, RERUN, ApplyPaths, ApplyRefused
 from skillevo.config import Params
@@ -87,8 +87,9 @@ def load_inputs(paths: ApplyPaths, now: datetime, load_params: Callable[[], Para
     evidence.check_task_bindings(promotion, paths.promotion, paths.tasks, params.tasks.target_roots)
     evidence.check_rebuilt(promotion, paths.promotion, incumbent, candidate, manifest, params.gate)
 
-    limits = overlay.Limits(max_changed_lines=params.propose.max_changed_lines)
+    limits = overlay.Limits.from_params(params)
     files = verified_overlay(paths.freeze / "overlay", manifest, limits)
+    check_headers(params, paths, manifest, files)
     destinations = dict(manifest["destinations"])
     new = destination_bytes(params, manifest_path, destinations, files)
     return Inputs(
@@ -98,6 +99,30 @@ def load_inputs(paths: ApplyPaths, now: datetime, load_params: Callable[[], Para
          f"{paths.incumbent_bench} and {paths.candidate_bench}, each as dvc.lock records it, and {paths.tasks}; "
          "the promotion follows from that evidence; no stage was re-run"],
     )
+
+
+def check_headers(params: Params, paths: ApplyPaths, manifest: Mapping[str, Any], files: Mapping[str, bytes]) -> None:
+    """The frontmatter rules again, on what apply would write: every replaced SKILL.md keeps the specification, and
+    no privileged key differs from the incumbent's unless params allow it. A destination that changed since
+    freeze is left to the drift check, which refuses it with its own message."""
+    keys, before, after = params.skills.frontmatter_keys, {}, {}
+    for rel in sorted(r for r in files if r.count("/") == 1 and r.endswith("/" + layout.SKILL_FILE)):
+        skill, dest = layout.skill_of(rel), f"{params.skills.skills}/{rel}"
+        try:
+            after[skill] = frontmatter.check(skill, files[rel], str(paths.freeze / "overlay" / rel), keys)
+        except BadInput as e:
+            raise ApplyRefused(str(e)) from None
+        try:
+            live = safefs.read_below(paths.repo, dest, max_bytes=layout.MAX_SKILL_FILE_BYTES, what="skill file")
+        except (BadInput, OSError):
+            continue  # missing or unreadable: the destination checks refuse it
+        if sha256_bytes(live) == manifest["destinations"].get(dest):
+            before[skill] = frontmatter.check(skill, live, dest, keys)
+    try:
+        frontmatter.check_privileged(before, {k: v for k, v in after.items() if k in before}, str(paths.freeze /
+                                     "overlay"), overlay.PRIVILEGED_FRONTMATTER in params.propose.allow)
+    except BadInput as e:
+        raise ApplyRefused(str(e)) from None
 
 
 def verified_overlay(overlay_dir: Path, manifest: Mapping[str, Any], limits: overlay.Limits) -> dict[str, bytes]:

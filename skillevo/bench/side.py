@@ -22,7 +22,7 @@ from typing import Any
 from tqdm import tqdm
 
 from skillevo import arms as arms_mod
-from skillevo import documents, layout, models, safefs, sandbox, workspace
+from skillevo import documents, frontmatter, layout, models, safefs, sandbox, workspace
 from skillevo import tasks as tasks_mod
 from skillevo.agent import cli
 from skillevo.bench.cell import CellResult, CellSpec
@@ -59,7 +59,7 @@ def plan(side: str, tasks_file: Path, skills_dir: Path, overlay_dir: Path | None
     """What the side will run, with every input read and checked (nothing is written)."""
     if side not in SIDES:
         raise BadInput(f"--side must be one of {', '.join(SIDES)}")
-    family = layout.read_family(skills_dir)
+    family = layout.read_family(skills_dir, params.skills.frontmatter_keys)
     arms_mod.check_skills(params.arms, layout.skill_names_in(family), params.source)
     expensive = params.bench.include_expensive if include_expensive is None else include_expensive
     loaded = tasks_mod.load(tasks_file, target_roots=params.tasks.target_roots)
@@ -77,6 +77,8 @@ def plan(side: str, tasks_file: Path, skills_dir: Path, overlay_dir: Path | None
             raise BadInput("the candidate side needs --overlay, a frozen overlay directory (<skill>/...md)")
         files = safefs.read_tree(overlay_dir, max_file_bytes=MAX_OVERLAY_BYTES, max_total_bytes=MAX_OVERLAY_BYTES,
                                  what="overlay file")
+        frontmatter.check_family({**family, **files}, str(overlay_dir), layout.SKILL_FILE,
+                                 params.skills.frontmatter_keys)  # what the candidate's sessions will load
         touched = {layout.skill_of(rel) for rel in files}
         arm_list = arms_mod.required_candidate_arms(touched, params.arms)
         if not arm_list:

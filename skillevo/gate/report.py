@@ -28,10 +28,11 @@ SIMULATED_NOTICE = (
 )
 
 
-def write_outputs(out_dir: Path, promotion: Mapping[str, Any], incumbent: Side, candidate: Side) -> list[str]:
+def write_outputs(out_dir: Path, promotion: Mapping[str, Any], incumbent: Side, candidate: Side,
+                  manifest: Mapping[str, Any] | None = None) -> list[str]:
     """Write report.md, metrics.json, plots/tasks.csv and plots/improvement.svg; return one line per decision."""
     totals = {"incumbent": side_totals(incumbent.rows), "candidate": side_totals(candidate.rows)}
-    _write(out_dir / "report.md", render_report(promotion, totals))
+    _write(out_dir / "report.md", render_report(promotion, totals, manifest))
     safefs.write_atomic(out_dir / "metrics.json", documents.dump_json(metrics(promotion, totals)))
     _write(out_dir / "plots" / "tasks.csv", render_tasks_csv(promotion))
     _write(out_dir / "plots" / "improvement.svg", figures.improvement_svg(promotion))
@@ -97,8 +98,10 @@ def _estimate(estimate: Mapping[str, Any]) -> str:
             f"{high:.1f}%, p={estimate['p_value']:.2g})")
 
 
-def render_report(promotion: Mapping[str, Any], totals: Mapping[str, Mapping[str, float | int]]) -> str:
-    """The decision first, then per arm the estimate per task and the reasons, then what it is bound to."""
+def render_report(promotion: Mapping[str, Any], totals: Mapping[str, Mapping[str, float | int]],
+                  manifest: Mapping[str, Any] | None = None) -> str:
+    """The decision first, then per arm the estimate per task and the reasons, what the overlay changes (with
+    every frontmatter change spelled out), then what it is bound to."""
     backend = promotion["backend"]
     lines = ["# Gate decision", ""]
     if backend["simulated"]:
@@ -107,6 +110,8 @@ def render_report(promotion: Mapping[str, Any], totals: Mapping[str, Mapping[str
     lines += ["", "![estimated improvement per task, with intervals](plots/improvement.svg)"]
     for decision in promotion["decisions"]:
         lines += ["", *_decision_section(decision)]
+    if manifest is not None:
+        lines += ["", *overlay_section(manifest)]
     policy = promotion["policy"]
     lines += [
         "",
@@ -126,6 +131,17 @@ def render_report(promotion: Mapping[str, Any], totals: Mapping[str, Mapping[str
             f"${figures_['total_cost_usd']:.4f} measured ({figures_['unmeasured_cost_runs']} runs unmeasured)"
         )
     return "\n".join(lines) + "\n"
+
+
+def overlay_section(manifest: Mapping[str, Any]) -> list[str]:
+    changes = manifest["frontmatter_changes"]
+    paths = ", ".join("`" + f["path"] + "`" for f in manifest["files"])
+    return [
+        "## What the overlay changes", "",
+        f"- files: {paths} ({manifest['changed_lines']} changed lines)",
+        "- frontmatter: " + ("unchanged" if not changes else f"{len(changes)} change(s)"),
+        *(f"  - {change}" for change in changes),
+    ]
 
 
 def _decision_section(decision: Mapping[str, Any]) -> list[str]:
