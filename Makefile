@@ -15,7 +15,7 @@ export PATH := $(abspath $(VENV))/bin:$(PATH)
 export SKILLEVO_CLAUDE := $(abspath $(CLAUDE_BIN))
 export DVC_NO_ANALYTICS := 1
 
-.PHONY: setup system-packages demo repro apply revert evolve report push pull session-demo test bench-session bench-cells bench-pipeline gate-study demo-seeds plots clean
+.PHONY: setup system-packages demo repro apply revert evolve report push pull session-demo test bench-session bench-cells bench-pipeline gate-study demo-seeds plots modes clean
 setup: system-packages $(INSTALLED) $(CLAUDE_BIN)
 
 # bwrap, socat (the model relay and Claude's inner sandbox), git, and Debian's python3 with pytest (what
@@ -87,6 +87,10 @@ $(VEGA)/.installed:
 	mkdir -p $(VEGA)
 	npm install --prefix $(VEGA) --no-fund --no-audit --loglevel=error --legacy-peer-deps vega@5.20.2 vega-lite@5.2.0 vega-embed@6.18.2
 	touch $@
+
+# Record the skill family's execute bits in skill-modes.json (the bench refuses a family that disagrees).
+modes: setup
+	$(PY) -m skillevo.modes --write
 
 push: setup
 	$(DVC) push --run-cache

@@ -6,9 +6,11 @@ freeze and apply can never disagree about a destination, nor the bench and the g
 
 from __future__ import annotations
 
+from collections.abc import Collection, Mapping
 from pathlib import Path
 
 from skillevo import frontmatter, safefs
+from skillevo.digests import framed_digest
 from skillevo.errors import BadInput
 
 SKILL_FILE = "SKILL.md"
@@ -34,6 +36,7 @@ PLAYBOOKS = Path("tasks/playbooks")
 PARAMS = Path("params.yaml")
 PROPOSE_PROMPT = Path("prompts/propose.md")
 LEARNINGS = Path("learnings.jsonl")
+MODES = Path("skill-modes.json")  # the family's execute bits, which DVC cannot see (skillevo.modes)
 
 
 def repo_dir(text: str) -> str:
@@ -63,16 +66,18 @@ def skill_of(rel: str) -> str:
     return rel.split("/", 1)[0]
 
 
-def read_family(skills_dir: str | Path, frontmatter_keys: frozenset[str] = frozenset()) -> dict[str, bytes]:
+def read_family(skills_dir: str | Path, frontmatter_keys: frozenset[str] = frozenset(),
+                executables: set[str] | None = None) -> dict[str, bytes]:
     """Every file of the skill family (`<skill>/<path>` -> bytes), without following links, within bounds.
 
     A skill is a directory holding SKILL.md with a valid frontmatter (skillevo.frontmatter; `frontmatter_keys`
     are params skills.frontmatter_keys); Markdown must be UTF-8 text without NUL bytes (it reaches the model
-    as text), and a stray file at the top level is refused.
+    as text), and a stray file at the top level is refused. With `executables`, every file with an execute bit
+    is added to it (a skill's scripts must stay runnable wherever the family is copied).
     """
     skills_dir = Path(skills_dir)
     files = safefs.read_tree(skills_dir, max_file_bytes=MAX_SKILL_FILE_BYTES, max_total_bytes=MAX_FAMILY_BYTES,
-                             max_files=4096, what="skill file")
+                             max_files=4096, what="skill file", executables=executables)
     for rel, data in files.items():
         if "/" not in rel:
             raise BadInput(f"{skills_dir}/{rel}: files belong in a skill directory (<skill>/{SKILL_FILE}) "
@@ -87,6 +92,17 @@ def read_family(skills_dir: str | Path, frontmatter_keys: frozenset[str] = froze
         raise BadInput(f"{skills_dir}: holds no skill (<skill>/{SKILL_FILE}) (rule: family layout)")
     frontmatter.check_family(files, str(skills_dir), SKILL_FILE, frontmatter_keys)
     return files
+
+
+def mode_of(rel: str, executables: Collection[str]) -> str:
+    """A file's mode as git records it: 100755 for an executable file, 100644 otherwise."""
+    return "100755" if rel in executables else "100644"
+
+
+def tree_digest(files: Mapping[str, bytes], executables: Collection[str] = ()) -> str:
+    """The digest of a skill family or an overlay, modes included: framed_digest over ("<mode> <path>", bytes),
+    so a `chmod +x` is a different family (docs/formats.md). The one digest the bench, freeze and apply use."""
+    return framed_digest((f"{mode_of(rel, executables)} {rel}", data) for rel, data in files.items())
 
 
 def skill_names_in(files: dict[str, bytes]) -> list[str]:

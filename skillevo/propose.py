@@ -34,9 +34,12 @@ def render_prompt(template_path: Path, evolvable: list[str], max_changed_lines: 
 
 
 def frontmatter_note(checked: overlay.Checked) -> str:
-    """Appended to proposal.md by skillevo, not the proposer: a header change must be seen, not trusted to prose."""
+    """Appended to proposal.md by skillevo, not the proposer: a header or script change must be seen, not
+    trusted to prose."""
     lines = ["## Frontmatter changes (computed by skillevo)", ""]
     lines += [f"- {change}" for change in checked.frontmatter_changes] or ["None: every SKILL.md header is unchanged."]
+    lines += ["", "## Script changes (computed by skillevo)", ""]
+    lines += [f"- {change}" for change in checked.script_changes] or ["None: no script is added, edited or re-marked."]
     return "\n".join(lines) + "\n"
 
 
@@ -45,10 +48,11 @@ def run(*, prompt: str, skills_dir: Path, evidence_dir: Path, evolvable: list[st
     """Run the session; export overlay/, proposal.md and session.json to `out` (which must be empty)."""
     if out.exists() and (out.is_symlink() or not out.is_dir() or any(out.iterdir())):
         raise ProposalRefused(f"{out}: not an empty directory (rule: a proposal is written once)")
-    family = layout.read_family(skills_dir, limits.frontmatter_keys)
+    executables: set[str] = set()
+    family = layout.read_family(skills_dir, limits.frontmatter_keys, executables)
     with tempfile.TemporaryDirectory(prefix="skillevo-propose-") as tmp:
         ws = Path(tmp) / "ws"
-        safefs.write_tree(ws / "skills", family)
+        safefs.write_tree(ws / "skills", family, executables=executables)
         (ws / "out").mkdir(parents=True)
         record = run_session(SessionSpec(
             prompt=prompt, workspace=ws, model=model.name, endpoint=model.endpoint, credential=credential,
@@ -60,10 +64,12 @@ def run(*, prompt: str, skills_dir: Path, evidence_dir: Path, evolvable: list[st
             raise ProposalRefused(f"the proposer session failed ({record['error_kind']}): {record['error_detail']}")
         if not (ws / "out/overlay").exists():
             raise ProposalRefused("the proposer wrote no overlay under out/overlay/ (rule: one overlay)")
-        files = overlay.read_overlay(ws / "out/overlay", limits)
-        checked = overlay.validate(files, family, set(evolvable), OracleGuard(()), limits, str(skills_dir))
+        overlay_executables: set[str] = set()
+        files = overlay.read_overlay(ws / "out/overlay", limits, overlay_executables)
+        checked = overlay.validate(files, family, set(evolvable), OracleGuard(()), limits, str(skills_dir),
+                                   executables, overlay_executables)
         text = safefs.read_text(ws / "out/proposal.md", max_bytes=MAX_PROPOSAL_BYTES, what="out/proposal.md")
-    safefs.write_tree(out / "overlay", files)
+    safefs.write_tree(out / "overlay", files, executables=overlay_executables)
     safefs.write_atomic(out / "proposal.md", (text.rstrip("\n") + "\n\n" + frontmatter_note(checked)).encode())
     return {**record, "changed_lines": checked.changed_lines, "overlay_files": sorted(files),
             "frontmatter_changes": checked.frontmatter_changes}

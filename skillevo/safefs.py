@@ -12,7 +12,7 @@ import os
 import secrets
 import shutil
 import stat
-from collections.abc import Iterator, Mapping
+from collections.abc import Collection, Iterator, Mapping
 from pathlib import Path
 
 from skillevo.errors import BadInput
@@ -187,20 +187,27 @@ def walk(root: str | Path, *, ignore: frozenset[str] = frozenset(), max_entries:
 
 
 def read_tree(root: str | Path, *, max_file_bytes: int, max_total_bytes: int, max_files: int = 100_000,
-              ignore: frozenset[str] = frozenset(), what: str = "file") -> dict[str, bytes]:
-    """Every regular file below `root` by relative POSIX path, within per-file and total limits."""
+              ignore: frozenset[str] = frozenset(), what: str = "file",
+              executables: set[str] | None = None) -> dict[str, bytes]:
+    """Every regular file below `root` by relative POSIX path, within per-file and total limits.
+
+    With `executables`, the path of every file read with an execute bit is added to it: taken from the fstat
+    of the very file read, so the content and the mode a caller records are the same file's.
+    """
     root = Path(root)
     files: dict[str, bytes] = {}
     total = 0
     for rel in walk(root, ignore=ignore, max_entries=max(max_files * 4, 1024)):
         if len(files) >= max_files:
             raise BadInput(f"{root}/{rel}: more than {max_files} files below {root} (rule: file count)")
-        data = read_at(None, root / rel, f"{root}/{rel}", max_bytes=max_file_bytes, what=what)
+        data, st = read_at_stat(None, root / rel, f"{root}/{rel}", max_bytes=max_file_bytes, what=what)
         total += len(data)
         if total > max_total_bytes:
             raise BadInput(f"{root}/{rel}: the files below {root} exceed {max_total_bytes} bytes in all "
                            "(rule: total size)")
         files[rel] = data
+        if executables is not None and st.st_mode & 0o111:
+            executables.add(rel)
     return files
 
 
@@ -263,9 +270,15 @@ def remove_tree(path: str | Path) -> None:
     shutil.rmtree(path)
 
 
+def with_exec(mode: int) -> int:
+    """`mode` with x wherever it has r (0o644 -> 0o755, 0o444 -> 0o555): a script stays a script."""
+    return mode | ((mode & 0o444) >> 2)
+
+
 def write_tree(dest: str | Path, files: Mapping[str, bytes], *, file_mode: int = 0o644,
-               dir_mode: int = 0o755, dirs: tuple[str, ...] = ()) -> None:
-    """Write `files` (relative POSIX path -> bytes) as a new directory `dest`, all or nothing.
+               dir_mode: int = 0o755, dirs: tuple[str, ...] = (), executables: Collection[str] = ()) -> None:
+    """Write `files` (relative POSIX path -> bytes) as a new directory `dest`, all or nothing; the paths in
+    `executables` get `file_mode` with the execute bit added wherever it has a read bit.
 
     The tree is built in a temporary sibling, every file fsynced, then renamed into place; `dest` must not
     exist (the caller decides what may be replaced).
@@ -282,7 +295,7 @@ def write_tree(dest: str | Path, files: Mapping[str, bytes], *, file_mode: int =
         for rel in sorted(files):
             plain_parts(rel, f"{dest}/{rel}")
             (tmp / rel).parent.mkdir(parents=True, exist_ok=True)
-            create_at(None, tmp / rel, files[rel], mode=file_mode)
+            create_at(None, tmp / rel, files[rel], mode=with_exec(file_mode) if rel in executables else file_mode)
         for dirpath, _, _ in os.walk(tmp, topdown=False):
             fsync_dir(dirpath)
             os.chmod(dirpath, dir_mode)

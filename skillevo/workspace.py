@@ -14,7 +14,7 @@ import os
 import shutil
 import subprocess
 import tarfile
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from pathlib import Path
 
 from skillevo.errors import BadInput, BrokenEnvironment
@@ -54,26 +54,30 @@ def export_tree(task: Task, dest: Path) -> None:
         path.write_bytes(content)
 
 
-def _install(files: Mapping[str, bytes], root: Path) -> None:
-    """Files read by the shared no-follow reader, written into our own fresh template (ordinary modes)."""
+def _install(files: Mapping[str, bytes], root: Path, executables: Collection[str]) -> None:
+    """Files read by the shared no-follow reader, written into our own fresh template: 0644, or 0755 for the
+    executables (git records the bit, and a skill's script must run in every workspace)."""
     for rel, data in sorted(files.items()):
         (root / rel).parent.mkdir(parents=True, exist_ok=True)
         (root / rel).write_bytes(data)
+        os.chmod(root / rel, 0o755 if rel in executables else 0o644)
 
 
-def build_template(tree: Path, family: Mapping[str, bytes], overlay: Mapping[str, bytes] | None, dest: Path) -> str:
+def build_template(tree: Path, family: Mapping[str, bytes], overlay: Mapping[str, bytes] | None, dest: Path,
+                   executables: Collection[str] = (), overlay_executables: Collection[str] = ()) -> str:
     """A ready repository at `dest`; returns the commit every cell starts from.
 
     `family` and `overlay` are `<skill>/<path>` -> bytes, as the shared readers returned them (layout.read_family,
-    safefs.read_tree): the template never walks a tree someone else wrote.
+    safefs.read_tree), with the paths that carry an execute bit: the template never walks a tree someone else
+    wrote. An overlay file takes its own mode, whatever the file it replaces had.
     """
     shutil.copytree(tree, dest)
-    _install(family, dest / ".claude" / "skills")
+    _install(family, dest / ".claude" / "skills", executables)
     git(dest, "init", "-q", "--template=", "-b", "main")
     git(dest, "add", "-A")
     git(dest, "commit", "-q", "--no-verify", "-m", "benchmark task snapshot")
     if overlay is not None:
-        _install(overlay, dest / ".claude" / "skills")
+        _install(overlay, dest / ".claude" / "skills", overlay_executables)
         git(dest, "add", "-A")
         if not git(dest, "status", "--porcelain"):
             raise BadInput("the candidate overlay is byte-identical to the incumbent skills (rule: a change is required)")

@@ -27,6 +27,8 @@ def parser() -> argparse.ArgumentParser:
     stage.family_options(p, mirrors=False)
     p.add_argument("--overlay", type=Path, default=None, help="frozen overlay directory, candidate side only")
     p.add_argument("--params", type=Path, default=layout.PARAMS, help="[%(default)s]")
+    p.add_argument("--modes", type=Path, default=layout.MODES,
+                   help="the family's recorded execute bits, which must match it (`make modes`) [%(default)s]")
     p.add_argument("--out", type=Path, default=None, help="output directory [results/bench-<side>]")
     p.add_argument("--include-expensive", action="store_true", default=None,
                    help="also run tasks marked expensive [params bench.include_expensive]")
@@ -36,7 +38,8 @@ def parser() -> argparse.ArgumentParser:
 def run(args: argparse.Namespace) -> str:
     params = stage.load_params("bench", args)
     out = args.out or layout.BENCH[args.side]
-    side_plan = plan(args.side, args.tasks, stage.skills_dir(args, params), args.overlay, params, args.include_expensive)
+    side_plan = plan(args.side, args.tasks, stage.skills_dir(args, params), args.overlay, params, args.include_expensive,
+                     modes=args.modes)
     rows = run_side(side_plan, params, out)
     return f"bench {args.side}: {len(rows)} cells, {sum(r['resolved'] for r in rows)} resolved; report: {out / 'report.md'}"
 

@@ -145,10 +145,11 @@ ARMS = {INCUMBENT: {"sessions": [{"skill": "plan", "prompt": "Plan: {prompt}"},
                                   {"skill": "work", "prompt": "Work: {prompt}"}]}}
 
 
-def params(*, gate=None, mirrors=MIRRORS, model=None) -> dict:
+def params(*, gate=None, mirrors=MIRRORS, model=None, allow=()) -> dict:
     return {
         "model": model or {"backend": "simulator", "name": MODEL_NAME, "base_url": None, "effort": "medium"},
         "skills": {"evolvable": ["plan", "work"], "paths": {"skills": "skills", "mirrors": list(mirrors)}},
+        "propose": {"allow": list(allow)},
         "arms": ARMS,
         "gate": gate or GATE,
     }
@@ -170,22 +171,29 @@ def write_bench_sides(results: Path, tasks_file: Path, overlay_digest: str,
         write_side(results / f"bench-{side}", bench_json, rows)
 
 
-def make_pipeline(tmp_path: Path, *, candidate_costs: dict[str, list[float]] | None = None) -> Pipeline:
+def make_pipeline(tmp_path: Path, *, candidate_costs: dict[str, list[float]] | None = None,
+                  original: dict[str, bytes] | None = None, overlay: dict[str, bytes] | None = None,
+                  executable: frozenset[str] = frozenset(), overlay_executable: frozenset[str] = frozenset(),
+                  allow: tuple[str, ...] = ()) -> Pipeline:
+    """The whole pipeline's outputs; `original`/`overlay` replace the default skills and candidate, and
+    `executable`/`overlay_executable` name their files that carry an execute bit."""
     repo = tmp_path / "repo"
     for root in ROOTS:
-        for rel, data in ORIGINAL.items():
+        for rel, data in (original or ORIGINAL).items():
             (repo / root / rel).parent.mkdir(parents=True, exist_ok=True)
             (repo / root / rel).write_bytes(data)
-    (repo / "params.yaml").write_text(yaml.safe_dump(params()), encoding="utf-8")
+            os.chmod(repo / root / rel, 0o755 if rel in executable else 0o644)
+    (repo / "params.yaml").write_text(yaml.safe_dump(params(allow=allow)), encoding="utf-8")
     git(repo, "init", "-q")
     git(repo, "add", "-A")
     git(repo, "commit", "-q", "-m", "skills")
 
     results = repo / "results"
     candidate_overlay = tmp_path / "candidate"
-    for rel, data in OVERLAY.items():
+    for rel, data in (overlay or OVERLAY).items():
         (candidate_overlay / rel).parent.mkdir(parents=True, exist_ok=True)
         (candidate_overlay / rel).write_bytes(data)
+        os.chmod(candidate_overlay / rel, 0o755 if rel in overlay_executable else 0o644)
     tasks_file = make_mini(tmp_path / "bench")
     manifest = freeze(candidate_overlay, params=config.load(repo / "params.yaml"), tasks_file=tasks_file, repo=repo,
                       out=results / "freeze", session=None)

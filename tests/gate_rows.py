@@ -133,7 +133,7 @@ def freeze(required: tuple[str, ...] = (CANDIDATE,), **fields: Any) -> dict[str,
     return {
         "schema_version": 1,
         "overlay_digest": OVERLAY,
-        "files": [{"path": "work/SKILL.md", "sha256": "3" * 64, "size": 100}],
+        "files": [{"path": "work/SKILL.md", "sha256": "3" * 64, "size": 100, "executable": False}],
         "required_candidate_arms": list(required),
         "destinations": dict(DESTINATIONS),
         "candidate_origin": "proposer",
@@ -141,6 +141,7 @@ def freeze(required: tuple[str, ...] = (CANDIDATE,), **fields: Any) -> dict[str,
         "evolvable_skills": ["work"],
         "changed_lines": 1,
         "frontmatter_changes": [],
+        "script_changes": [],
         **fields,
     }
 

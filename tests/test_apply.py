@@ -80,8 +80,9 @@ def test_a_promoted_generation_applies_and_a_second_apply_is_refused(pipe: Pipel
     assert receipt["overlay_digest"] == pipe.manifest["overlay_digest"]
     assert receipt["applied_at"] == APPLY_AT.isoformat()
     assert receipt["swap"] == "renameat2-exchange"
-    assert receipt["files"] == [
-        {"path": rel, "before_sha256": sha256_bytes(pipe.originals()[rel]), "after_sha256": sha256_bytes(data)}
+    assert receipt["files"] == [  # the modes are kept: no file here carries an execute bit
+        {"path": rel, "before_sha256": sha256_bytes(pipe.originals()[rel]), "after_sha256": sha256_bytes(data),
+         "before_mode": modes[rel] & 0o7777, "after_mode": modes[rel] & 0o7777}
         for rel, data in pipe.applied().items()
     ]
     for before in ORIGINAL.values():  # what revert restores from

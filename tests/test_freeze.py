@@ -11,8 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from skillevo import config
-from skillevo.digests import framed_digest
+from skillevo import config, layout
 from skillevo.errors import BadInput
 from skillevo.freeze import freeze
 from skillevo.schemas import validate
@@ -57,7 +56,7 @@ def test_good_overlay_is_frozen_read_only_and_bound(repo, tmp_path):
     assert manifest["required_candidate_arms"] == ["candidate_direct", "candidate_workflow"]
     assert sorted(manifest["destinations"]) == [".claude/skills/work/SKILL.md", "skills/work/SKILL.md"]
     assert manifest["changed_lines"] == 1 and manifest["candidate_origin"] == "hand-written"
-    assert manifest["overlay_digest"] == framed_digest({"work/SKILL.md": frozen.read_bytes()}.items())
+    assert manifest["overlay_digest"] == layout.tree_digest({"work/SKILL.md": frozen.read_bytes()})
     again = _freeze(repo, _overlay(tmp_path))  # same inputs, same digest; the old frozen copy is replaced
     assert again == manifest
     assert json.loads((repo / "results/freeze/manifest.json").read_text()) == manifest
@@ -89,11 +88,11 @@ def _too_many(root: Path) -> Path:
     (_symlink_file, r"work/OTHER.md: is a symlink \(rule: no symlinks\)"),
     (_dotdot_through_dir_symlink, r"overlay/work: is a symlink \(rule: no symlinks\)"),
     (lambda r: _overlay(r, "x\n", rel="review/SKILL.md"), r"review/SKILL.md: skill 'review' is not evolvable"),
-    (lambda r: _overlay(r, "x = 1\n", rel="work/helper.py"), r"work/helper.py: only <skill>/<path>.md files"),
+    (lambda r: _overlay(r, "x = 1\n", rel="work/helper.py"), r"work/helper.py: has no incumbent .*propose\.allow: supporting-files"),
     (_too_many, r"more than 16 files .*\(rule: file count\)"),
     (lambda r: _overlay(r, "x" * (70 << 10)), r"work/SKILL.md: overlay file is \d+ bytes, over the limit of 65536 \(rule: size limit\)"),
     (lambda r: (r / "overlay").mkdir() or (r / "overlay"), r"the overlay is empty"),
-    (lambda r: _overlay(r, (ROOT / "skills/work/SKILL.md").read_text()), r"byte-identical to the incumbent"),
+    (lambda r: _overlay(r, (ROOT / "skills/work/SKILL.md").read_text()), r"identical to the incumbent, bytes and mode"),
     (lambda r: _overlay(r, "---\nname: work\n---\n" + "".join(f"line {i}\n" for i in range(60))), r"over the edit budget of 40"),
     (lambda r: _overlay(r, (ROOT / "skills/work/SKILL.md").read_text() + "# skillevo-oracle-canary: 1234\n"), r"hidden oracle's canary \(rule: no hidden-oracle content in a skill\)"),
     (lambda r: _overlay(r, "x\n", rel="work/NEW.md"), r"work/NEW.md: has no incumbent"),
@@ -142,7 +141,7 @@ def test_destination_drift_or_missing_mirror_is_refused(repo, tmp_path):
 def test_a_mirror_that_is_not_a_byte_copy_is_refused(repo, tmp_path):
     (repo / ".claude/skills/work/SKILL.md").write_text("a drifted mirror, committed\n")
     subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qam", "drift"], cwd=repo, check=True)
-    with pytest.raises(BadInput, match=r"\.claude/skills/work/SKILL.md: is not a byte copy of skills/work/SKILL.md"):
+    with pytest.raises(BadInput, match=r"\.claude/skills/work/SKILL.md: is not a copy of skills/work/SKILL.md, bytes and mode"):
         _freeze(repo, _overlay(tmp_path))
 
 

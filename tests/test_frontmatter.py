@@ -103,7 +103,7 @@ def test_the_bench_refuses_a_candidate_overlay_that_breaks_a_header(repo, tmp_pa
         plan("candidate", repo / "tasks/tasks.yaml", repo / "skills", ov, config.load(repo / "params.yaml"))
 
 
-def _apply_case(repo: Path, tmp_path: Path, text: str) -> tuple[ApplyPaths, dict, dict]:
+def _apply_case(repo: Path, tmp_path: Path, text: str) -> tuple[ApplyPaths, dict, dict]:  # noqa: F811
     freeze_dir = tmp_path / "freeze"
     (freeze_dir / "overlay/work").mkdir(parents=True)
     (freeze_dir / "overlay/work/SKILL.md").write_text(text)

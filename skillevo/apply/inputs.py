@@ -22,7 +22,7 @@ from skillevo import documents, frontmatter, layout, models, overlay, safefs
 from skillevo.apply import anchor, evidence, fs
 from skillevo.apply.common import RECEIPT_SCHEMA, RERUN, ApplyPaths, ApplyRefused
 from skillevo.config import Params
-from skillevo.digests import framed_digest, sha256_bytes
+from skillevo.digests import sha256_bytes
 from skillevo.errors import BadInput
 from skillevo.gate.promotion import (
     PromotionRefused,
@@ -41,6 +41,7 @@ class Inputs:
     destinations: dict[str, str]  # repo-relative path -> sha256 at freeze
     new: dict[str, bytes]  # repo-relative path -> the frozen overlay bytes it receives
     described: list[str]
+    executables: frozenset[str] = frozenset()  # the destinations that receive an execute bit
 
 
 def _require(path: Path, what: str) -> None:
@@ -88,16 +89,19 @@ def load_inputs(paths: ApplyPaths, now: datetime, load_params: Callable[[], Para
     evidence.check_rebuilt(promotion, paths.promotion, incumbent, candidate, manifest, params.gate)
 
     limits = overlay.Limits.from_params(params)
-    files = verified_overlay(paths.freeze / "overlay", manifest, limits)
+    executables: set[str] = set()
+    files = verified_overlay(paths.freeze / "overlay", manifest, limits, executables)
     check_headers(params, paths, manifest, files)
     destinations = dict(manifest["destinations"])
     new = destination_bytes(params, manifest_path, destinations, files)
+    new_executables = frozenset(layout.destinations(executables, params.skills.roots))
     return Inputs(
         sha256_bytes(promotion_bytes), manifest["overlay_digest"], destinations, new,
         [f"apply: using {paths.promotion} (generated {promotion['generated_at']}, promotion "
          f"{sha256_bytes(promotion_bytes)[:12]}), frozen overlay {manifest['overlay_digest'][:12]} in {paths.freeze}, "
          f"{paths.incumbent_bench} and {paths.candidate_bench}, each as dvc.lock records it, and {paths.tasks}; "
          "the promotion follows from that evidence; no stage was re-run"],
+        new_executables,
     )
 
 
@@ -125,10 +129,13 @@ def check_headers(params: Params, paths: ApplyPaths, manifest: Mapping[str, Any]
         raise ApplyRefused(str(e)) from None
 
 
-def verified_overlay(overlay_dir: Path, manifest: Mapping[str, Any], limits: overlay.Limits) -> dict[str, bytes]:
-    """The frozen overlay's files, each matching the manifest, the set matching its digest."""
+def verified_overlay(overlay_dir: Path, manifest: Mapping[str, Any], limits: overlay.Limits,
+                     executables: set[str] | None = None) -> dict[str, bytes]:
+    """The frozen overlay's files, each matching the manifest (bytes and execute bit), the set matching its
+    digest; the executable paths are added to `executables`."""
+    executables = set() if executables is None else executables
     files = safefs.read_tree(overlay_dir, max_file_bytes=limits.max_file_bytes, max_total_bytes=limits.max_total_bytes,
-                             max_files=limits.max_files, what="frozen overlay file")
+                             max_files=limits.max_files, what="frozen overlay file", executables=executables)
     listed = {f["path"]: f for f in manifest["files"]}
     stale = "the frozen overlay no longer matches its manifest; " + RERUN
     for rel in sorted(set(files) | set(listed)):
@@ -139,7 +146,9 @@ def verified_overlay(overlay_dir: Path, manifest: Mapping[str, Any], limits: ove
         if sha256_bytes(files[rel]) != listed[rel]["sha256"] or len(files[rel]) != listed[rel]["size"]:
             raise ApplyRefused(f"{overlay_dir / rel}: sha256 {sha256_bytes(files[rel])[:12]} is not the manifest's "
                                f"{listed[rel]['sha256'][:12]}; {stale}")
-    digest = framed_digest(files.items())
+        if (rel in executables) != listed[rel]["executable"]:
+            raise ApplyRefused(f"{overlay_dir / rel}: its execute bit is not the manifest's; {stale}")
+    digest = layout.tree_digest(files, executables)
     if digest != manifest["overlay_digest"]:
         raise ApplyRefused(f"{overlay_dir}: digest {digest[:12]} is not the manifest's overlay_digest "
                            f"{manifest['overlay_digest'][:12]}; {stale}")

@@ -30,7 +30,7 @@ from skillevo.apply.guard import locked
 from skillevo.apply.inputs import load_inputs, load_receipt, stored_originals
 from skillevo.apply.outcome import Outcome, diff_stat
 from skillevo.apply.recovery import recover
-from skillevo.apply.transaction import Commit, marker_tx, open_all, transact
+from skillevo.apply.transaction import Commit, exec_mode, marker_tx, open_all, transact
 from skillevo.config import Params
 from skillevo.digests import sha256_bytes
 
@@ -47,9 +47,9 @@ def apply_promotion(paths: ApplyPaths, *, now: datetime, params: Callable[[], Pa
         inputs = load_inputs(paths, now, params or (lambda: config.load(paths.params)))
         tx = secrets.token_hex(8)
         with Tree(paths.repo) as tree:
-            swaps = open_all(tree, inputs.new, tx)
+            swaps = open_all(tree, inputs.new, tx, lambda rel, mode: exec_mode(mode, rel in inputs.executables))
             if marker_tx(paths.receipt, "promotion_sha256") == inputs.promotion_sha256 and all(
-                    s.expect == s.new for s in swaps):
+                    s.expect == s.new and s.mode == s.new_mode for s in swaps):
                 raise ApplyRefused(f"already applied: {paths.receipt} records promotion "
                                    f"{inputs.promotion_sha256[:12]} and every destination holds the overlay's bytes")
             for s in swaps:
@@ -58,8 +58,8 @@ def apply_promotion(paths: ApplyPaths, *, now: datetime, params: Callable[[], Pa
                     raise ApplyRefused(
                         f"{s.path}: edited after freeze (sha256 {actual[:12]} is not the {frozen[:12]} recorded at "
                         "freeze); apply will not overwrite it: commit or discard the edit and re-run the pipeline")
-            files = [{"path": s.path, "before_sha256": sha256_bytes(s.expect), "after_sha256": sha256_bytes(s.new)}
-                     for s in swaps]
+            files = [{"path": s.path, "before_sha256": sha256_bytes(s.expect), "after_sha256": sha256_bytes(s.new),
+                      "before_mode": s.mode, "after_mode": s.new_mode} for s in swaps]
             receipt = {
                 "schema_version": SCHEMA_VERSION,
                 "promotion": str(paths.promotion),
@@ -84,10 +84,11 @@ def revert(paths: ApplyPaths, *, now: datetime, fault: Fault | None = None, log:
         recover(paths, log=log)
         receipt = load_receipt(paths)
         after = {f["path"]: f["after_sha256"] for f in receipt["files"]}
+        before_mode = {f["path"]: f["before_mode"] for f in receipt["files"]}
         before = stored_originals(paths, receipt)
         tx = secrets.token_hex(8)
         with Tree(paths.repo) as tree:
-            swaps = open_all(tree, before, tx)
+            swaps = open_all(tree, before, tx, lambda rel, mode: before_mode[rel])
             for s in swaps:
                 if sha256_bytes(s.expect) != after[s.path]:
                     raise ApplyRefused(
@@ -99,6 +100,7 @@ def revert(paths: ApplyPaths, *, now: datetime, fault: Fault | None = None, log:
                             receipt["transaction"])
             method = transact(tree, swaps, kind="revert", tx=tx, paths=paths, commit=commit, now=now,
                               fault=fault or no_fault, log=log)
-    files = [{"path": p, "before_sha256": after[p], "after_sha256": sha256_bytes(before[p])} for p in sorted(before)]
+    files = [{"path": s.path, "before_sha256": after[s.path], "after_sha256": sha256_bytes(s.new),
+              "before_mode": s.mode, "after_mode": s.new_mode} for s in sorted(swaps, key=lambda s: s.path)]
     return Outcome("reverted", files, method, marker, diff_stat(paths.repo, sorted(before)))
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 import signal
 import stat
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -55,9 +55,10 @@ class Swap:
     parent: int  # held directory fd
     parent_id: tuple[int, int]
     name: str
-    mode: int
+    mode: int  # the original's permission bits
     expect: bytes  # the bytes it must still hold when swapped (its original)
     new: bytes
+    new_mode: int  # what the new file gets: the original's, with the execute bits the overlay says
     staged: str  # temp name beside it: the new bytes until the exchange, the original after
     new_ino: int | None = None
     state: str = "planned"  # planned, staged, swapped, restored, restore-failed, unchanged
@@ -66,8 +67,16 @@ class Swap:
         return "/".join([*self.path.split("/")[:-1], name])
 
 
-def open_all(tree: fs.Tree, targets: Mapping[str, bytes], tx: str) -> list[Swap]:
-    """Open every destination (refusing symlinks, special and missing files) and read what it holds now."""
+def exec_mode(mode: int, executable: bool) -> int:
+    """`mode` with x where it has r when `executable`, without any x otherwise (a skill script's bit)."""
+    return safefs.with_exec(mode) if executable else mode & ~0o111
+
+
+def open_all(tree: fs.Tree, targets: Mapping[str, bytes], tx: str,
+             new_mode: Callable[[str, int], int] = lambda rel, mode: mode) -> list[Swap]:
+    """Open every destination (refusing symlinks, special and missing files) and read what it holds now;
+    `new_mode(path, current mode)` is the mode its new file gets (apply: the overlay's execute bit; revert: the
+    mode before the apply)."""
     swaps = []
     for i, rel in enumerate(sorted(targets)):
         parts = fs.split_relative(rel, "destination")
@@ -78,8 +87,9 @@ def open_all(tree: fs.Tree, targets: Mapping[str, bytes], tx: str) -> list[Swap]
             raise ApplyRefused(f"{rel}: does not exist; every destination recorded at freeze (canonical skill and "
                                "mirrors) must exist (a missing mirror?)") from None
         pst = os.fstat(parent)
-        swaps.append(Swap(rel, parent, (pst.st_dev, pst.st_ino), parts[-1], stat.S_IMODE(st.st_mode), data,
-                          targets[rel], f"{fs.TEMP_PREFIX}{tx}-{i}.swap"))
+        mode = stat.S_IMODE(st.st_mode)
+        swaps.append(Swap(rel, parent, (pst.st_dev, pst.st_ino), parts[-1], mode, data, targets[rel],
+                          new_mode(rel, mode), f"{fs.TEMP_PREFIX}{tx}-{i}.swap"))
     return swaps
 
 
@@ -198,8 +208,8 @@ def _verify(tree: fs.Tree, swaps: list[Swap]) -> None:
     for s in swaps:
         _same_parent(tree, s)
         data, st = fs.read_stat(s.parent, s.name, s.path)
-        if st.st_ino != s.new_ino or data != s.new:
-            raise ApplyRefused(f"{s.path}: does not hold the new bytes after the swap")
+        if st.st_ino != s.new_ino or data != s.new or stat.S_IMODE(st.st_mode) != s.new_mode:
+            raise ApplyRefused(f"{s.path}: does not hold the new bytes and mode after the swap")
         if fs.read(s.parent, s.staged, s.rel(s.staged)) != s.expect:
             raise ApplyRefused(f"{s.rel(s.staged)}: the kept original changed during apply")
 
@@ -282,7 +292,7 @@ def transact(tree: fs.Tree, swaps: list[Swap], *, kind: str, tx: str, paths: App
                 store_original(store, s.expect)
             _write_json(journal_path, journal("in-progress"))
             for s in swaps:
-                s.new_ino = safefs.create_at(s.parent, s.staged, s.new, mode=s.mode)
+                s.new_ino = safefs.create_at(s.parent, s.staged, s.new, mode=s.new_mode)
                 s.state = "staged"
             for s in swaps:
                 os.fsync(s.parent)

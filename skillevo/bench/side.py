@@ -23,13 +23,14 @@ from tqdm import tqdm
 
 from skillevo import arms as arms_mod
 from skillevo import documents, frontmatter, layout, models, safefs, sandbox, workspace
+from skillevo import modes as modes_mod
 from skillevo import tasks as tasks_mod
 from skillevo.agent import cli
 from skillevo.bench.cell import CellResult, CellSpec
 from skillevo.bench.executor import Executor, LocalExecutor
 from skillevo.bench.report import write_report
 from skillevo.config import BenchParams, Params
-from skillevo.digests import canonical_json, framed_digest
+from skillevo.digests import canonical_json
 from skillevo.errors import BadInput, BrokenEnvironment, Interrupted
 from skillevo.results import SIDES, served_models
 from skillevo.schemas import validate
@@ -52,14 +53,20 @@ class SidePlan:
     skills_digest: str
     overlay_digest: str | None
     split: tasks_mod.Split
+    executables: frozenset[str] = frozenset()  # family paths with an execute bit
+    overlay_executables: frozenset[str] = frozenset()
 
 
 def plan(side: str, tasks_file: Path, skills_dir: Path, overlay_dir: Path | None, params: Params,
-         include_expensive: bool | None = None) -> SidePlan:
-    """What the side will run, with every input read and checked (nothing is written)."""
+         include_expensive: bool | None = None, *, modes: Path | None = None) -> SidePlan:
+    """What the side will run, with every input read and checked (nothing is written); `modes` is the
+    family's modes manifest, which must match it (skillevo.modes)."""
     if side not in SIDES:
         raise BadInput(f"--side must be one of {', '.join(SIDES)}")
-    family = layout.read_family(skills_dir, params.skills.frontmatter_keys)
+    executables: set[str] = set()
+    family = layout.read_family(skills_dir, params.skills.frontmatter_keys, executables)
+    if modes is not None:
+        modes_mod.check(modes, skills_dir, executables)
     arms_mod.check_skills(params.arms, layout.skill_names_in(family), params.source)
     expensive = params.bench.include_expensive if include_expensive is None else include_expensive
     loaded = tasks_mod.load(tasks_file, target_roots=params.tasks.target_roots)
@@ -67,7 +74,7 @@ def plan(side: str, tasks_file: Path, skills_dir: Path, overlay_dir: Path | None
     if side == "candidate":  # the candidate is judged on the gate's tasks only; evidence tasks teach the proposer
         loaded = [task for task in loaded if task.id in split.gate]
     chosen, skipped = tasks_mod.select(loaded, expensive)
-    overlay_digest, files = None, None
+    overlay_digest, files, overlay_executables = None, None, set()
     if side == "incumbent":
         if overlay_dir is not None:
             raise BadInput("the incumbent side takes no overlay (rule: --overlay is for the candidate side)")
@@ -76,16 +83,17 @@ def plan(side: str, tasks_file: Path, skills_dir: Path, overlay_dir: Path | None
         if overlay_dir is None:
             raise BadInput("the candidate side needs --overlay, a frozen overlay directory (<skill>/...md)")
         files = safefs.read_tree(overlay_dir, max_file_bytes=MAX_OVERLAY_BYTES, max_total_bytes=MAX_OVERLAY_BYTES,
-                                 what="overlay file")
+                                 what="overlay file", executables=overlay_executables)
         frontmatter.check_family({**family, **files}, str(overlay_dir), layout.SKILL_FILE,
                                  params.skills.frontmatter_keys)  # what the candidate's sessions will load
         touched = {layout.skill_of(rel) for rel in files}
         arm_list = arms_mod.required_candidate_arms(touched, params.arms)
         if not arm_list:
             raise BadInput(f"{overlay_dir}: the overlay touches {sorted(touched)}, which no arm uses (rule: required arms)")
-        overlay_digest = framed_digest(files.items())
+        overlay_digest = layout.tree_digest(files, overlay_executables)
     return SidePlan(side, tasks_file, family, files, chosen, skipped, arm_list, params.sampling.runs,
-                    framed_digest(family.items()), overlay_digest, split)
+                    layout.tree_digest(family, executables), overlay_digest, split, frozenset(executables),
+                    frozenset(overlay_executables))
 
 
 class _Writer:
@@ -143,7 +151,8 @@ def build_cells(p: SidePlan, bench: BenchParams, mdl: models.Model, scratch: Pat
             cand = arm.is_candidate
             if cand not in templates:
                 dest = scratch / "templates" / f"{task.id}-{'candidate' if cand else 'incumbent'}"
-                templates[cand] = (dest, workspace.build_template(tree, p.family, p.overlay if cand else None, dest))
+                templates[cand] = (dest, workspace.build_template(tree, p.family, p.overlay if cand else None, dest,
+                                                                  p.executables, p.overlay_executables))
             template, base = templates[cand]
             cells += [CellSpec(task=task, arm=arm, run=run, side=p.side, template=template, base_commit=base,
                                skills_digest=p.skills_digest, overlay_digest=p.overlay_digest if cand else None,

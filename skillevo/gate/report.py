@@ -141,6 +141,9 @@ def overlay_section(manifest: Mapping[str, Any]) -> list[str]:
         f"- files: {paths} ({manifest['changed_lines']} changed lines)",
         "- frontmatter: " + ("unchanged" if not changes else f"{len(changes)} change(s)"),
         *(f"  - {change}" for change in changes),
+        "- scripts: " + ("unchanged" if not manifest["script_changes"] else
+                         f"**{len(manifest['script_changes'])} change(s)** (code the agent runs)"),
+        *(f"  - {change}" for change in manifest["script_changes"]),
     ]
 
 
