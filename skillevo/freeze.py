@@ -95,6 +95,9 @@ def freeze(overlay_dir: Path, *, params: Params, tasks_file: Path, repo: Path, o
     if not required:
         raise BadInput(f"{overlay_dir}: no arm uses the skills this overlay touches (rule: required arms)")
     model = proposer_model(session) if session is not None else None
+    for rel in sorted(set(files) - set(family)):
+        raise BadInput(f"{overlay_dir / rel}: a new file; apply can only replace committed files, so freeze cannot "
+                       "bind it yet (rule: replacements only at freeze)")
     destinations = layout.destinations(set(files), params.skills.roots)
     digests = committed_digests(repo, destinations)
     _check_mirrors(files, digests, committed_modes(repo, destinations), params)
