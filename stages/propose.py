@@ -14,6 +14,7 @@ from contextlib import ExitStack
 from pathlib import Path
 
 from skillevo import layout, models, overlay, propose, stage
+from skillevo.errors import BrokenEnvironment
 from skillevo.simulator import Simulator, load_dir
 from skillevo.simulator.proposer import SimulatedProposer
 
@@ -37,16 +38,21 @@ def run(args: argparse.Namespace) -> str:
     limits = overlay.Limits.from_params(params)
     prompt = propose.render_prompt(args.prompt, evolvable, limits.max_changed_lines)
     with ExitStack() as stack:
-        sim_url = None
+        sim_url, sim = None, None
         if params.model.simulated:
             book = load_dir(args.playbooks)
             sim = stack.enter_context(Simulator(book, responders={"proposer": SimulatedProposer(book, set(evolvable))}))
             sim_url = sim.url("proposer")
         model, credential = models.resolve(params.model, sim_url, params.proposer_model)
         models.check_reachable(model)
-        record = propose.run(prompt=prompt, skills_dir=stage.skills_dir(args, params), evidence_dir=args.evidence,
-                             evolvable=evolvable, model=model, credential=credential, limits=limits, out=args.out,
-                             timeout_s=params.propose.timeout_s)
+        try:
+            record = propose.run(prompt=prompt, skills_dir=stage.skills_dir(args, params), evidence_dir=args.evidence,
+                                 evolvable=evolvable, model=model, credential=credential, limits=limits, out=args.out,
+                                 timeout_s=params.propose.timeout_s)
+        finally:
+            if sim is not None and sim.failures:  # what went wrong is the offline simulator, not the API
+                raise BrokenEnvironment(f"the offline simulator failed while playing the proposer: {sim.failures[0]} "
+                                        f"(see {args.out / 'session.json'})")
     return (f"propose: {', '.join(record['overlay_files'])} ({record['changed_lines']} changed lines); "
             f"see {args.out / 'proposal.md'}")
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 import uuid
 from pathlib import Path
 
@@ -34,11 +35,11 @@ def evidence(tmp_path_factory, demo_incumbent) -> tuple[Path, list[dict]]:
     return root, rows
 
 
-def _propose(root: Path, endpoint_mode: str, out: Path, **sim_kw) -> dict:
+def _propose(root: Path, endpoint_mode: str, out: Path, skills: Path = ROOT / "skills", **sim_kw) -> dict:
     book = load_all(BOOKS)
     with Simulator(book, responders={"proposer": SimulatedProposer(book, {"plan", "work"})}, **sim_kw) as sim:
         return propose.run(prompt=propose.render_prompt(ROOT / "prompts/propose.md", ["plan", "work"], 40),
-                           skills_dir=ROOT / "skills", evidence_dir=root / "evidence", evolvable=["plan", "work"],
+                           skills_dir=skills, evidence_dir=root / "evidence", evolvable=["plan", "work"],
                            model=Model("simulator", demo.MODEL, sim.url(endpoint_mode)), credential=None,
                            limits=overlay.Limits(max_changed_lines=40), out=out, timeout_s=120)
 
@@ -51,7 +52,7 @@ def test_evidence_propose_freeze_removes_the_wasteful_instruction(evidence, tmp_
     proposed = (tmp_path / "proposal/overlay/work/SKILL.md").read_text()
     assert proposed == "".join(l for l in incumbent if WASTEFUL not in l)
     text = (tmp_path / "proposal/proposal.md").read_text()
-    cited = re.findall(r"([a-z-]+)/(direct|workflow)/run(\d+)", text)
+    cited = re.findall(r"([a-z-]+)/(auto|baseline|workflow)/run(\d+)", text)
     real = {(r["task"], r["arm"], str(r["run"])) for r in rows}
     assert cited and set(cited) <= real
     for section in ("## Pattern", "## Change", "## Expected metric movement", "## Risks"):
@@ -60,7 +61,7 @@ def test_evidence_propose_freeze_removes_the_wasteful_instruction(evidence, tmp_
                       tasks_file=ROOT / "tasks/tasks.yaml", repo=ROOT, out=tmp_path / "freeze",
                       session=tmp_path / "proposal/session.json")
     assert manifest["candidate_origin"] == "proposer" and manifest["proposer_model"] == demo.MODEL
-    assert manifest["required_candidate_arms"] == ["candidate_direct", "candidate_workflow"]
+    assert manifest["required_candidate_arms"] == ["candidate_auto", "candidate_workflow"]
 
 
 def test_proposer_cannot_read_tasks_oracles_or_anything_outside_its_mounts(evidence, tmp_path):
@@ -93,3 +94,55 @@ def test_prior_rejected_proposal_is_not_proposed_again(evidence, tmp_path):
     assert WASTEFUL in removed[0] and WASTEFUL not in removed[1]
     for f in (second / "overlay").rglob("SKILL.md"):
         assert f.read_text() != (first / "overlay/work/SKILL.md").read_text()
+
+
+def test_the_simulated_proposer_works_on_a_family_of_realistic_size(evidence, tmp_path):
+    """Forty more skills of 6 KB each: far more text than one Bash output may carry before the CLI shortens it
+    to a preview. The proposer reads only bounded outputs, so it still finds and removes the same line."""
+    root, _ = evidence
+    family = tmp_path / "skills"
+    shutil.copytree(ROOT / "skills", family)
+    for i in range(40):
+        name = f"filler-{i:02d}"
+        (family / name).mkdir()
+        bullets = "".join(f"- Step {j} of the {name} routine: check the inputs, then record the result.\n"
+                          for j in range(80))
+        (family / name / "SKILL.md").write_text(f"---\nname: {name}\ndescription: Routine number {i}.\n---\n"
+                                               f"# {name}\n\n{bullets}")
+    record = _propose(root, "proposer", tmp_path / "proposal", skills=family)
+    assert record["ok"] and record["overlay_files"] == ["work/SKILL.md"]
+    assert WASTEFUL not in (tmp_path / "proposal/overlay/work/SKILL.md").read_text()
+
+
+def test_the_proposer_chooses_by_attributed_cost_not_by_what_the_playbook_calls_necessary():
+    from skillevo.simulator.proposer import _choose
+
+    book = load_all(BOOKS)
+    lines = [("work", 8, "- Read every module of the package end to end before editing, so that no caller is missed."),
+             ("work", 11, "- Handle empty and boundary inputs explicitly: whatever the task says about empty input.")]
+    analysis = {"rows": 3, "costs": {"survey": 1_000, "edge-cases": 9_000}, "cited": {}, "rejected": []}
+    assert book.instructions["edge-cases"].necessary  # the playbook knows; the proposer does not use it
+    skill, line, what, _, tokens = _choose(book, analysis, lines)
+    assert (skill, what, tokens) == ("work", "the instruction `edge-cases`", 9_000) and line == lines[1][2]
+    analysis["rejected"] = [lines[1][2]]  # a rejected removal is not proposed again
+    assert _choose(book, analysis, lines)[1] == lines[0][2]
+
+
+def test_a_failure_of_the_simulator_is_reported_as_one_never_as_a_transient_api_error():
+    import http.client
+
+    def broken(conv, body):
+        raise ValueError("the playbook has no step here")
+
+    book = load_all(BOOKS)
+    with Simulator(book, responders={"proposer": broken}) as sim:
+        conn = http.client.HTTPConnection("127.0.0.1", sim.port, timeout=10)
+        conn.request("POST", "/mode/proposer/v1/messages", body=json.dumps(
+            {"model": demo.MODEL, "max_tokens": 10, "messages": [{"role": "user", "content": "hi"}]}),
+            headers={"content-type": "application/json"})
+        response = conn.getresponse()
+        payload = json.loads(response.read())
+    assert response.status == 400  # a client error: the CLI does not retry it as if the API were down
+    assert "skillevo simulator failure (not an API error): ValueError: the playbook has no step here" in \
+        payload["error"]["message"]
+    assert sim.failures == ["ValueError: the playbook has no step here"]

@@ -1,8 +1,12 @@
 """The simulator playing the proposer: read the evidence, attribute cost to skill instructions, and
-remove the costliest instruction that is not marked necessary — through real tool calls.
+remove the costliest one it has not tried before — through real tool calls.
 
-Its knowledge of which tool calls an instruction causes comes from its own playbook (it is the agent
-that made them). A real model has to infer the same from the transcripts; the prompt asks it to.
+Its knowledge of which tool calls an instruction causes comes from its own playbook (it is the agent that
+made them); a real model has to infer the same from the transcripts, as the prompt asks. What it does not
+use is the playbook's knowledge of which instruction is necessary: like a model, it can remove one that the
+hidden oracles need, and the gate then keeps the incumbent. Every tool output it reads is bounded (the
+analysis prints a few hundred bytes, the skill lines come from grep), so a family of any size works: the CLI
+shortens long Bash output to a preview, which a whole family's text would not survive.
 """
 
 from __future__ import annotations
@@ -72,14 +76,10 @@ for row in rows:
                         cited.setdefault(ins, [])
                         if rid not in cited[ins]:
                             cited[ins].append(rid)
-skills = {}
-for name in sorted(os.listdir("/work/skills")):
-    try:
-        skills[name] = open("/work/skills/%s/SKILL.md" % name).read()
-    except OSError:
-        pass
-print("SKILLEVO-ANALYSIS " + json.dumps({"rows": len(rows), "costs": costs, "cited": cited, "skills": skills,
-                                         "prior": load("prior-proposal.md", "")}))
+prior = [l[len("Instruction removed: "):].strip() for l in load("prior-proposal.md", "").splitlines()
+         if l.startswith("Instruction removed: ")]
+print("SKILLEVO-ANALYSIS " + json.dumps({"rows": len(rows), "costs": costs,
+                                         "cited": {k: v[:12] for k, v in cited.items()}, "rejected": prior[:8]}))
 '''
 
 
@@ -110,24 +110,51 @@ def _analysis(conv: Conversation) -> dict[str, Any] | None:
     return None
 
 
-def _choose(book: Playbook, analysis: dict[str, Any], evolvable: set[str]) -> tuple[str, str, str, list[str], int]:
+GREP = "SKILLEVO-LINES"
+
+
+def _ranked(book: Playbook, analysis: dict[str, Any]) -> list[tuple[int, str]]:
+    """Instructions by the tokens attributed to them, costliest first: all a cost-minded reader sees."""
+    return sorted(((tokens, ins) for ins, tokens in analysis["costs"].items() if ins in book.instructions),
+                  key=lambda t: (-t[0], t[1]))
+
+
+def _grep(book: Playbook, evolvable: set[str]) -> str:
+    """Two bounded searches of the evolvable SKILL.md files (well under the CLI's preview size): the lines that
+    hold a known instruction, then the last few bullets (for when no instruction is left to remove)."""
+    files = " ".join(shlex.quote(f"/work/skills/{s}/SKILL.md") for s in sorted(evolvable))
+    patterns = " ".join(f"-e {shlex.quote(i.phrase)}" for i in book.instructions.values())
+    return (f"echo {GREP}; grep -n -H -i -F {patterns} {files} 2>/dev/null | head -n 20 | cut -c1-300; "
+            f"grep -n -H '^- ' {files} 2>/dev/null | tail -n 3 | cut -c1-300")
+
+
+def _lines(conv: Conversation) -> list[tuple[str, int, str]]:
+    """(skill, line number, text) from the grep's output."""
+    for result in conv.results:
+        if GREP in result.text:
+            out = []
+            for raw in result.text.split(GREP, 1)[1].splitlines():
+                path, _, rest = raw.partition(":")
+                number, _, text = rest.partition(":")
+                if path.startswith("/work/skills/") and number.isdigit():
+                    out.append((path.split("/")[3], int(number), text))
+            return out
+    return []
+
+
+def _choose(book: Playbook, analysis: dict[str, Any], lines: list[tuple[str, int, str]]
+            ) -> tuple[str, str, str, list[str], int]:
     """(skill, exact line to remove, what it is, cited run ids, attributed tokens)."""
-    prior = analysis.get("prior", "")
-    rejected = {line[len(REMOVED):].strip() for line in prior.splitlines() if line.startswith(REMOVED)}
-    skills = {k: v for k, v in analysis["skills"].items() if k in evolvable}
-    ranked = sorted(((tokens, ins) for ins, tokens in analysis["costs"].items()
-                     if ins in book.instructions and not book.instructions[ins].necessary), reverse=True)
-    for tokens, ins in ranked:
+    rejected = set(analysis.get("rejected", []))
+    for tokens, ins in _ranked(book, analysis):
         phrase = book.instructions[ins].phrase.lower()
-        for skill, text in sorted(skills.items()):
-            for line in text.splitlines():
-                if phrase in line.lower() and line.strip() not in rejected:
-                    return skill, line, f"the instruction `{ins}`", analysis["cited"].get(ins, []), tokens
+        for skill, _, line in lines:
+            if phrase in line.lower() and line.strip() not in rejected:
+                return skill, line, f"the instruction `{ins}`", analysis["cited"].get(ins, []), tokens
     phrases = [i.phrase.lower() for i in book.instructions.values()]
-    for skill, text in sorted(skills.items()):
-        for line in reversed(text.splitlines()):
-            if line.startswith("- ") and not any(p in line.lower() for p in phrases) and line.strip() not in rejected:
-                return skill, line, "a line that steers no measured behaviour", [], 0
+    for skill, _, line in reversed(lines):
+        if line.startswith("- ") and not any(p in line.lower() for p in phrases) and line.strip() not in rejected:
+            return skill, line, "a line that steers no measured behaviour", [], 0
     raise LookupError("no line left that the simulated proposer may remove")
 
 
@@ -165,8 +192,11 @@ class SimulatedProposer:
         analysis = _analysis(conv)
         if analysis is None:
             return Reply(text="The evidence could not be read; no proposal.")
+        if conv.turns == 1:
+            return Reply(tool=("Bash", {"command": _grep(self.book, self.evolvable),
+                                        "description": "find the skill lines behind the costs"}))
         try:
-            skill, line, what, cited, tokens = _choose(self.book, analysis, self.evolvable)
+            skill, line, what, cited, tokens = _choose(self.book, analysis, _lines(conv))
         except LookupError as e:
             return Reply(text=f"No proposal: {e}.")
         target = f"{self.out}/overlay/{skill}/SKILL.md"
@@ -178,7 +208,7 @@ class SimulatedProposer:
             ("Write", {"file_path": f"{self.out}/proposal.md",
                        "content": _proposal(skill, line, what, cited, tokens, analysis["rows"])}),
         ]
-        step = conv.turns - 1
+        step = conv.turns - 2
         if step < len(script):
             return Reply(tool=script[step])
         return Reply(text=f"Proposed: remove one line from the {skill} skill ({what}).")

@@ -50,6 +50,7 @@ class Simulator:
         self._overloads: dict[tuple[str, str | None, int], int] = {}  # request -> 529s answered so far
         self.overloads = 0
         self.requests = 0
+        self.failures: list[str] = []  # the simulator's own errors, so a stage reports them as what they are
         self.stopping = threading.Event()
         self._server: ThreadingHTTPServer | None = None
 
@@ -219,7 +220,14 @@ class _Handler(BaseHTTPRequestHandler):
         if mode == "hang":
             self.sim.stopping.wait()
             return None
-        reply = self.sim.reply(mode, body, cell)
+        try:
+            reply = self.sim.reply(mode, body, cell)
+        except Exception as e:  # noqa: BLE001 - a bug of the simulator or its playbook, never a transient API error
+            failure = f"{type(e).__name__}: {e}"
+            with self.sim._lock:
+                self.sim.failures.append(failure)
+            return self._error(400, "invalid_request_error", f"skillevo simulator failure (not an API error): "
+                                                             f"{failure}")
         message = _message(body, len(raw), reply, self.sim.cache.usage((cell, session_id), body, len(raw)))
         if not body.get("stream"):
             if mode == "truncated":  # promise the whole body, send half, hang up
