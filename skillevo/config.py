@@ -106,6 +106,8 @@ class BenchParams:
     max_retries: int
     churn_exclude: tuple[str, ...]
     limits: Limits
+    max_consecutive_failures: int = 5  # systemic failures in a row that stop a side (skillevo.bench.side)
+    max_excluded_pct: float = 20.0  # more excluded rows than this fail the side
 
 
 @dataclass(frozen=True)

@@ -27,6 +27,8 @@ from skillevo.schemas import load_schema, validate
 _ROW_DEFS = load_schema("result-row")["$defs"]
 # Faults of the harness: the run measured nothing about the skill, so it is excluded from the statistics.
 EXCLUDED_ERROR_KINDS = frozenset(_ROW_DEFS["excluded_error_kind"]["enum"])
+# the excluded kinds that say the API or the harness is down, not that one cell was unlucky or stopped
+SYSTEMIC_ERROR_KINDS = frozenset({"session-error", "infra-error"}) & EXCLUDED_ERROR_KINDS
 # Valid but unresolved measurements: they count, with the cost they ran up.
 MEASURED_ERROR_KINDS = frozenset(_ROW_DEFS["measured_error_kind"]["enum"])
 CHURN_FIELDS = ("diff_files", "diff_insertions", "diff_deletions")

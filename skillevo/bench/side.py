@@ -32,7 +32,12 @@ from skillevo.bench.report import write_report
 from skillevo.config import BenchParams, Params
 from skillevo.digests import canonical_json
 from skillevo.errors import BadInput, BrokenEnvironment, Interrupted
-from skillevo.results import SIDES, served_models
+from skillevo.results import (
+    EXCLUDED_ERROR_KINDS,
+    SIDES,
+    SYSTEMIC_ERROR_KINDS,
+    served_models,
+)
 from skillevo.schemas import validate
 from skillevo.simulator import Simulator, load_dir
 from skillevo.simulator.noise import Noise
@@ -96,13 +101,21 @@ def plan(side: str, tasks_file: Path, skills_dir: Path, overlay_dir: Path | None
                     frozenset(overlay_executables))
 
 
-class _Writer:
-    """Appends finished cells to the side directory; safe to call from executor threads."""
+class Outage(BrokenEnvironment):
+    """The API or the harness is down: the side stops (or fails) instead of recording an outage as a result."""
 
-    def __init__(self, out: Path, total: int, quiet: bool) -> None:
+
+class _Writer:
+    """Appends finished cells to the side directory; safe to call from executor threads. It is also the outage
+    breaker: `max_consecutive` systemic failures in a row cancel the rest of the side."""
+
+    def __init__(self, out: Path, total: int, quiet: bool, cancel: threading.Event | None = None,
+                 max_consecutive: int = 0) -> None:
         self.out, self.lock = out, threading.Lock()
         self.rows: list[dict[str, Any]] = []
         self.failures = 0
+        self.cancel, self.max_consecutive, self.consecutive = cancel, max_consecutive, 0
+        self.outage: str | None = None
         self.bar = tqdm(total=total, unit="cell", desc="bench", file=sys.stderr, disable=quiet, dynamic_ncols=True)
         self.results = os.open(out / "results.jsonl", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
 
@@ -116,6 +129,12 @@ class _Writer:
             os.fsync(self.results)
             self.rows.append(result.row)
             self.failures += not result.row["resolved"]
+            self.consecutive = self.consecutive + 1 if result.row["error_kind"] in SYSTEMIC_ERROR_KINDS else 0
+            if self.max_consecutive and self.consecutive >= self.max_consecutive and self.outage is None:
+                self.outage = (f"{self.consecutive} cells in a row failed for a systemic reason (last: "
+                               f"{result.row['error_kind']}: {(result.row['error_detail'] or '')[-200:]})")
+                if self.cancel is not None:
+                    self.cancel.set()
             self.bar.set_postfix(unresolved=self.failures, refresh=False)
             self.bar.update(1)
 
@@ -201,15 +220,23 @@ def run_side(p: SidePlan, params: Params, out: Path, *, executor: Executor | Non
         runner = executor or _executor(params, credential)
         cells = build_cells(p, params.bench, mdl, scratch)
         out.mkdir(parents=True, exist_ok=True)
-        writer = _Writer(out, len(cells), quiet)
         with _cancel_on_signals() as cancel:
+            writer = _Writer(out, len(cells), quiet, cancel, params.bench.max_consecutive_failures)
             try:
                 runner.run(cells, writer, cancel)
             finally:
                 writer.close()
+            kept = f"{len(writer.rows)} of {len(cells)} cells finished and were kept in {out / 'results.jsonl'}"
+            if writer.outage:
+                raise Outage(f"{writer.outage}: the side stops (params bench.max_consecutive_failures); {kept}; "
+                             "run it again when the endpoint answers")
             if cancel.is_set():
-                raise Interrupted(f"{len(writer.rows)} of {len(cells)} cells finished and were kept in "
-                                  f"{out / 'results.jsonl'}")
+                raise Interrupted(kept)
+    excluded = sum(r["error_kind"] in EXCLUDED_ERROR_KINDS for r in writer.rows)
+    if writer.rows and 100 * excluded / len(writer.rows) > params.bench.max_excluded_pct:
+        raise Outage(f"{excluded} of {len(writer.rows)} rows were excluded as harness or API faults, over params "
+                     f"bench.max_excluded_pct {params.bench.max_excluded_pct:g}%: the side fails, so that DVC "
+                     f"never caches an outage as a result; rows kept in {out / 'results.jsonl'}")
     rows = sorted(writer.rows, key=lambda r: (r["task"], r["arm"], r["run"]))
     safefs.write_atomic(out / "results.jsonl", b"".join(canonical_json(r) + b"\n" for r in rows))
     provenance = {
