@@ -13,8 +13,11 @@ import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from skillevo.models import (
+    CREDENTIAL_ENVS as SECRET_ENV,  # the credentials' names live with their reader
+)
+
 REDACTED = "[REDACTED]"
-SECRET_ENV = ("ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN")
 
 _PATTERNS = [
     re.compile(r"sk-ant-[A-Za-z0-9_\-]{8,}"),
