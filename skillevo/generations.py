@@ -18,9 +18,11 @@ measured rate over the schedule falls to about alpha squared per generation.
 from __future__ import annotations
 
 import argparse
+import re
 import shutil
 import subprocess
 import sys
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -56,9 +58,25 @@ def _copy(src: Path, dst: Path) -> None:
         shutil.copyfile(src, dst)
 
 
-def archive(results: Path = RESULTS, archive_dir: Path = ARCHIVE, confirms: int | None = None) -> Path:
-    """Copy this generation's outputs to generations/gen-NNN/ and record what it cost (and, for a confirmation
-    run, which generation's promotion it re-measured)."""
+def _ledger(side: Path, since: str | None) -> dict[str, dict[str, float | int]]:
+    """What a bench side cost, split by when each row was recorded: rows recorded since this generation started
+    were paid now; older ones were served from DVC's cache (a row's `recorded_at` is when its cell finished)."""
+    out = {"paid": {"cost_usd": 0.0, "sessions": 0}, "served": {"cost_usd": 0.0, "sessions": 0}}
+    path = side / "results.jsonl"
+    if not path.exists():
+        return out
+    for line in documents.jsonl_lines(path.read_text(encoding="utf-8")):
+        row = documents.parse_json(line, str(path))
+        kind = "paid" if since is None or (row.get("recorded_at") or "") >= since else "served"
+        out[kind]["cost_usd"] = round(out[kind]["cost_usd"] + (row.get("cost_usd") or 0.0), 6)
+        out[kind]["sessions"] += len(row.get("session_ids") or [])
+    return out
+
+
+def archive(results: Path = RESULTS, archive_dir: Path = ARCHIVE, confirms: int | None = None,
+            started_at: str | None = None, ran: frozenset[str] = frozenset({"propose"})) -> Path:
+    """Copy this generation's outputs to generations/gen-NNN/ and record what it cost, paid now versus served
+    from the cache (and, for a confirmation run, which generation's promotion it re-measured)."""
     n = len(list(archive_dir.glob("gen-*"))) + 1
     dest = archive_dir / f"gen-{n:03d}"
     for rel in ARCHIVED:
@@ -69,9 +87,15 @@ def archive(results: Path = RESULTS, archive_dir: Path = ARCHIVE, confirms: int 
     prior_sha = _json(prior[-1])["incumbent_results_sha256"] if prior else None
     sha = sha256_file(incumbent_rows)
     proposer = _json(results / "proposal/session.json")
+    proposer_paid = "propose" in ran
+    ledger = {side: _ledger(results / f"bench-{side}", started_at) for side in ("incumbent", "candidate")}
+    ledger["proposer"] = {kind: {"cost_usd": (proposer.get("cost_usd") or 0.0) if (kind == "paid") == proposer_paid
+                                 else 0.0, "sessions": int(bool(proposer.get("session_id")))
+                                 if (kind == "paid") == proposer_paid else 0} for kind in ("paid", "served")}
+    simulated = _json(results / "bench-incumbent/bench.json")["model"]["simulated"]
     meta = {"generation": n, "incumbent_results_sha256": sha, "incumbent_reused": sha == prior_sha,
             "proposer_cost_usd": proposer.get("cost_usd"), "proposer_sessions": 1 if proposer.get("session_id") else 0,
-            "confirms": confirms}
+            "confirms": confirms, "started_at": started_at, "ledger": ledger, "simulated": simulated}
     safefs.write_atomic(dest / "meta.json", documents.dump_json(meta))
     return dest
 
@@ -85,11 +109,19 @@ def hand_on(results: Path = RESULTS, previous: Path = PREVIOUS) -> None:
         _copy(results / src, previous / dst)
 
 
-def _run(cmd: list[str]) -> None:
+def _run(cmd: list[str]) -> str:
+    """Run `cmd`, showing its output as it comes, and return that output (DVC says there which stages ran)."""
     print("+ " + " ".join(cmd), flush=True)
-    code = subprocess.run(cmd).returncode
-    if code != 0:
-        raise SkillevoError(f"`{' '.join(cmd)}` exited {code}; its output above says why")
+    seen = []
+    with subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1) as proc:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            sys.stdout.write(line)
+            sys.stdout.flush()
+            seen.append(line)
+    if proc.returncode != 0:
+        raise SkillevoError(f"`{' '.join(cmd)}` exited {proc.returncode}; its output above says why")
+    return "".join(seen)
 
 
 def evolve(generations: int, dvc: str, noise: str | None = None, params: Path = layout.PARAMS) -> int:
@@ -123,11 +155,13 @@ CONFIRM_STAGES = ("bench@incumbent", "preflight", "bench@candidate", "gate")
 
 
 def _generation(dvc: str, confirms: int | None = None) -> list[dict[str, Any]]:
-    _run([dvc, "repro"] if confirms is None else [dvc, "repro", "--single-item", *CONFIRM_STAGES])
+    started_at = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    out = _run([dvc, "repro"] if confirms is None else [dvc, "repro", "--single-item", *CONFIRM_STAGES])
+    ran = frozenset(re.findall(r"Running stage '([^']+)'", out))
     ds = decisions()
     for d in ds:
         print(f"   {d['candidate_arm']}: {d['decision']} — {(d['reasons'] or [''])[0]}")
-    archive(confirms=confirms)
+    archive(confirms=confirms, started_at=started_at, ran=ran)
     _run([dvc, "add", "-q", str(ARCHIVE)])
     return ds
 
@@ -136,19 +170,20 @@ def rows(archive_dir: Path = ARCHIVE) -> list[dict[str, Any]]:
     out = []
     for gen in sorted(archive_dir.glob("gen-*")):
         meta = _json(gen / "meta.json")
-        metrics = _json(gen / "gate/metrics.json")
         ds = _json(gen / "gate/promotion.json")["decisions"]
-        proposer = 0 if meta.get("confirms") else 1  # a confirmation re-measures; its proposal was paid already
-        spent = metrics.get("candidate.total_cost_usd", 0.0) + proposer * (meta["proposer_cost_usd"] or 0.0)
-        sessions = metrics.get("candidate.sessions", 0) + proposer * meta["proposer_sessions"]
-        if not meta["incumbent_reused"]:
-            spent += metrics.get("incumbent.total_cost_usd", 0.0)
-            sessions += metrics.get("incumbent.sessions", 0)
+        ledger = meta["ledger"]
+        paid = {k: sum(part["paid"][k] for part in ledger.values()) for k in ("cost_usd", "sessions")}
+        served = {k: sum(part["served"][k] for part in ledger.values()) for k in ("cost_usd", "sessions")}
         label = f"{meta['generation']} (confirms {meta['confirms']})" if meta.get("confirms") else meta["generation"]
         out.append({"generation": label,
                     "decision": ", ".join(f"{d['candidate_arm']}={d['decision']}" for d in ds),
                     "improvement_pct": ", ".join(_improvement(d) for d in ds),
-                    "cost_usd": round(spent, 4), "sessions": sessions, "incumbent_reused": meta["incumbent_reused"]})
+                    "promoted_points": min((d["estimate"]["improvement_pct"] for d in ds), default=0.0)
+                    if promoted(ds) and not meta.get("confirms") else 0.0,
+                    "cost_usd": round(paid["cost_usd"], 4), "sessions": paid["sessions"],
+                    "served_usd": round(served["cost_usd"], 4), "served_sessions": served["sessions"],
+                    "incumbent_reused": ledger["incumbent"]["paid"]["sessions"] == 0,
+                    "simulated": meta["simulated"]})
     return out
 
 
@@ -161,12 +196,27 @@ def _improvement(decision: dict[str, Any]) -> str:
 
 
 def report(archive_dir: Path = ARCHIVE) -> str:
-    lines = ["| gen | decision | estimated improvement (interval) | cost spent $ | sessions run | incumbent side |",
-             "|---|---|---|---|---|---|"]
-    for r in rows(archive_dir):
-        lines.append(f"| {r['generation']} | {r['decision']} | {r['improvement_pct']} | {r['cost_usd']:.4f} | "
-                     f"{r['sessions']} | {'reused' if r['incumbent_reused'] else 'ran'} |")
-    return "\n".join(lines) if len(lines) > 2 else "no generations archived yet (run `make evolve`)"
+    """Per generation and in all: what was paid for now and what DVC's cache served, and what a promoted
+    percentage point cost. Simulated sessions are labelled: their dollars are the simulator's arithmetic."""
+    table = rows(archive_dir)
+    if not table:
+        return "no generations archived yet (run `make evolve`)"
+    lines = ["| gen | decision | estimated improvement (interval) | paid $ (sessions) | served from cache $ "
+             "(sessions) | incumbent side |", "|---|---|---|---|---|---|"]
+    for r in table:
+        lines.append(f"| {r['generation']} | {r['decision']} | {r['improvement_pct']} | {r['cost_usd']:.4f} "
+                     f"({r['sessions']}) | {r['served_usd']:.4f} ({r['served_sessions']}) | "
+                     f"{'reused' if r['incumbent_reused'] else 'ran'} |")
+    paid, served = sum(r["cost_usd"] for r in table), sum(r["served_usd"] for r in table)
+    sessions = sum(r["sessions"] for r in table)
+    points = sum(r["promoted_points"] for r in table)
+    lines += ["", f"in all: paid ${paid:.4f} for {sessions} sessions; served from cache ${served:.4f} "
+                  f"({sum(r['served_sessions'] for r in table)} sessions)"
+              + (f"; ${paid / points:.4f} per promoted percentage point" if points > 0 else "; nothing promoted")]
+    if any(r["simulated"] for r in table):
+        lines.append("simulated: these sessions ran on the offline simulator; the dollars are its arithmetic, "
+                     "not a bill")
+    return "\n".join(lines)
 
 
 def status(results: Path = RESULTS) -> str:
