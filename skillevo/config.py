@@ -20,7 +20,7 @@ from typing import Any, TypeVar
 import yaml
 
 from skillevo import documents, layout, models, safefs
-from skillevo.arms import Arm, Session
+from skillevo.arms import Arm, Session, check_shapes
 from skillevo.errors import BadInput
 from skillevo.limits import Limits
 from skillevo.schemas import fill_defaults, load_schema, validate
@@ -248,6 +248,7 @@ def parse(doc: Any, source: str = "params.yaml", *, today: date | None = None) -
     arms = {name: Arm(name, name, tuple(Session(s["skill"], s["prompt"], None if s["writes"] is None else
                                                 tuple(s["writes"])) for s in spec["sessions"]))
             for name, spec in sorted(filled["arms"].items())}
+    check_shapes(arms, source)
     skills = filled["skills"]
     return Params(
         source=source,

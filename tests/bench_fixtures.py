@@ -32,6 +32,7 @@ TASKS = {
 
 PLAYBOOK = {
     "schema_version": 1,
+    "unskilled": "work",
     "instructions": [{"id": "survey", "phrase": "read every module of the package end to end before editing"}],
     "tasks": [
         {"id": "greet", "match": "friendlier greeting", "sessions": {

@@ -78,6 +78,7 @@ def row(
         "oracle_passed": resolved,
         "verify_tail": "",
         "skill_invoked": error_kind != "skill-not-invoked",
+        "skills_loaded": [[] if error_kind == "skill-not-invoked" else ["work"]],
         "session_ids": [f"{task}-{arm}-{run}"],
         "tool_uses": {"Skill": 1},
         "transcripts": [],

@@ -34,8 +34,8 @@ def test_cheating_agent_passes_verify_but_not_the_oracle(tmp_path):
     side = plan("incumbent", tasks_file, ROOT / "skills", None, p)
     rows = run_side(side, p, tmp_path / "out", quiet=True)
     by = {(r["task"], r["arm"]): r for r in rows}
-    assert len(rows) == 4
-    for arm in ("direct", "workflow"):
+    assert len(rows) == 6
+    for arm in ("auto", "baseline", "workflow"):  # the baseline works without a skill: the greet task has no edge
         assert by[("greet", arm)]["resolved"] is True
         cheat = by[("cheat", arm)]
         assert cheat["verify_passed"] is True and cheat["oracle_passed"] is False
@@ -45,11 +45,11 @@ def test_cheating_agent_passes_verify_but_not_the_oracle(tmp_path):
         for art in row["transcripts"] + [row["patch"]] * bool(row["patch"]):
             data = (tmp_path / "out" / art["path"]).read_bytes()
             assert sha256_bytes(data) == art["sha256"] and CANARY.encode() not in data
-    assert by[("greet", "direct")]["diff_files"] == 2  # pkg/greet.py and the new test, not .claude or docs/plan.md
+    assert by[("greet", "auto")]["diff_files"] == 2  # pkg/greet.py and the new test, not .claude or docs/plan.md
     assert "docs/plan.md" not in (tmp_path / "out" / by[("greet", "workflow")]["patch"]["path"]).read_text()
     bench = json.loads((tmp_path / "out/bench.json").read_text())
     validate(bench, "bench-run.schema.json", "bench.json")
-    assert bench["rows"] == bench["cells"] == 4
+    assert bench["rows"] == bench["cells"] == 6
     assert not session_processes()
 
 
@@ -58,7 +58,7 @@ def test_oracle_is_never_in_the_workspace_during_the_session(tmp_path):
     p = params(runs=1)
     side = plan("incumbent", tasks_file, ROOT / "skills", None, p)
     side.tasks = side.tasks[:1]
-    side.arms = [a for a in side.arms if a.name == "direct"]
+    side.arms = [a for a in side.arms if a.name == "auto"]
     targets = EscapeTargets(outside_dir=str(tmp_path), planted_file=str(tmp_path / "none"), home_dir=str(Path.home()),
                             oracle_dir=str(tasks_file.parent / "oracles"), loopback_port=9, marker=f"bench-escape-marker-{uuid.uuid4().hex}")
     with Simulator(load_all([tasks_file.parent / "playbooks/mini.yaml"]), escape=targets) as sim:

@@ -21,7 +21,7 @@ def test_the_project_params_load_without_a_warning():
     params = config.load(ROOT / "params.yaml", today=TODAY)
     assert params.notes == ()
     assert params.skills.roots == ("skills", ".claude/skills")
-    assert set(params.arms) == {"direct", "workflow"}
+    assert set(params.arms) == {"auto", "baseline", "workflow"}
 
 
 def test_every_default_comes_from_the_schema():

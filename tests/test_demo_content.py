@@ -1,12 +1,14 @@
 """The demo benchmark content holds together, proved fast by playing the playbook directly (no CLI, no sandbox).
 
-For every task x work-skill variant (incumbent, known-better, known-worse) x arm shape (workflow, direct),
-the target is copied, the steps the playbook selects for that skill text are applied as the real CLI
+For every task x work-skill variant (incumbent, known-better, known-worse) x arm shape (workflow, auto), and
+for the baseline arm (no skill), the target is copied, the steps the playbook selects for that skill text are applied as the real CLI
 tools would apply them (an Edit or an overwriting Write needs a Read of that file earlier in the same
 session; an Edit's old string must occur exactly once), and the task's verify and hidden oracle run with
 Debian's python3, as in the sandbox. Required outcomes:
 
-- incumbent skills: verify and oracle pass on every task, in both arm shapes;
+- incumbent skills: verify and oracle pass on every task, in both arm shapes (the auto arm chooses `work` from
+  the descriptions, as skillevo.simulator.agent.choose does);
+- the baseline (no skill): verify passes everywhere, the oracle fails where the edge case matters;
 - known-better (the wasteful line removed): the same outcomes, one step fewer per work session;
 - known-worse (the necessary line removed): verify still passes everywhere, the oracle fails on every
   task whose edge case matters (at least two) and passes on the trivial ones;
@@ -32,8 +34,10 @@ from pathlib import Path
 import pytest
 import yaml
 
+from skillevo.arms import AUTO, NONE
 from skillevo.schemas import validate
-from skillevo.simulator import playbook
+from skillevo.simulator import agent, playbook
+from skillevo.simulator.conversation import Conversation
 
 ROOT = Path(__file__).resolve().parent.parent
 TASKS_DIR = ROOT / "tasks"
@@ -45,6 +49,8 @@ NECESSARY = "handle empty and boundary inputs explicitly"
 # The arms of params.yaml: arm -> ((skill, prompt template), ...), one pair per session.
 ARMS = {name: tuple((s["skill"], s["prompt"]) for s in arm["sessions"])
         for name, arm in yaml.safe_load((ROOT / "params.yaml").read_text(encoding="utf-8"))["arms"].items()}
+SKILLED = [name for name, sessions in ARMS.items() if sessions[0][0] != NONE]  # played with every variant
+BASELINE = "baseline"
 VARIANT_FILES = {
     "incumbent": ROOT / "skills/work/SKILL.md",
     "known-better": ROOT / "tests/overlays/known-better/work/SKILL.md",
@@ -91,7 +97,7 @@ def _edge_case_task(task: playbook.Task) -> bool:
 
 def test_arms_are_the_fixed_shapes():
     assert {name: [skill for skill, _ in sessions] for name, sessions in ARMS.items()} == {
-        "workflow": ["plan", "work"], "direct": ["work"]}
+        "workflow": ["plan", "work"], "auto": ["auto"], BASELINE: ["none"]}
 
 
 def test_tasks_cover_the_classes_and_both_targets(tasks):
@@ -129,7 +135,7 @@ def test_playbook_matches_the_tasks(tasks, book):
         for arm in ARMS.values():
             for _skill, template in arm:
                 assert book.task_for(template.format(prompt=tasks[pb.id]["prompt"])) is pb
-        # the direct arm has no plan: work never touches docs/plan.md
+        # the auto arm has no plan: work never touches docs/plan.md
         assert all("docs/plan.md" not in str(s.arg) for s in pb.sessions["work"])
         assert [s.arg for s in pb.sessions["plan"] if s.kind == "write"][-1]["path"] == "docs/plan.md"
         work_bash = [s.arg for s in pb.sessions["work"] if s.kind == "bash"]
@@ -271,14 +277,27 @@ def _check(task: dict, root: Path, *, verify: bool = True) -> tuple[int | None, 
     return (ran.returncode if ran else None), oracle.returncode, shown
 
 
+def _chosen(skill: str, prompt: str, pb: playbook.Task, texts: dict[str, str]) -> str | None:
+    """The skill a session plays: the one it names; under auto, the simulated agent's choice from the descriptions
+    the CLI would list; under none, no skill."""
+    if skill == NONE:
+        return None
+    if skill != AUTO:
+        return skill
+    listed = {name: yaml.safe_load(text.split("---")[1])["description"] for name, text in texts.items()}
+    return agent.choose(Conversation(prompt=prompt, cwd="/work", turns=0, listed=listed), pb)
+
+
 def _play(task: dict, pb: playbook.Task, book: playbook.Playbook, variant: str, work_text: str, arm: str,
           plan_text: str, root: Path, mistake: bool = False) -> Cell:
     ws = root / "ws"
     shutil.copytree(TASKS_DIR / task["target"], ws)
     counts, verified = {}, False
-    for skill, _template in ARMS[arm]:  # one session per skill, each with its own Read history
-        steps = book.steps(pb, skill, plan_text if skill == "plan" else work_text, mistake)
-        counts[skill] = len(steps)
+    texts = {"plan": plan_text, "work": work_text}
+    for skill, template in ARMS[arm]:  # one session per skill, each with its own Read history
+        played = _chosen(skill, template.format(prompt=task["prompt"]), pb, texts)
+        steps = book.steps(pb, played or pb.unskilled, texts[played] if played else "", mistake)
+        counts[played or "unskilled"] = len(steps)
         verified = _apply(steps, ws, task["verify"], _env(root)) or verified
     return Cell(task["id"], variant, arm, counts, verified, _tree_digest(ws),
                 _tree_digest(ws, skip=("docs/plan.md",)))
@@ -302,12 +321,13 @@ def played(tasks, book, skill_texts, tmp_path_factory) -> Played:
     plan_text = (ROOT / "skills/plan/SKILL.md").read_text(encoding="utf-8")
     cells, first = {}, {}
     for pb in book.tasks:
-        for variant, text in [*skill_texts.items(), ("mistake", skill_texts["incumbent"])]:
-            for arm in ARMS:
-                root = tmp_path_factory.mktemp(f"{pb.id}-{variant}-{arm}")
-                cell = _play(tasks[pb.id], pb, book, variant, text, arm, plan_text, root, variant == "mistake")
-                cells[(pb.id, variant, arm)] = cell
-                first.setdefault((pb.id, cell.tree), root)
+        plays = [(v, text, arm) for v, text in [*skill_texts.items(), ("mistake", skill_texts["incumbent"])]
+                 for arm in SKILLED] + [(BASELINE, skill_texts["incumbent"], BASELINE)]  # no skill: one variant
+        for variant, text, arm in plays:
+            root = tmp_path_factory.mktemp(f"{pb.id}-{variant}-{arm}")
+            cell = _play(tasks[pb.id], pb, book, variant, text, arm, plan_text, root, variant == "mistake")
+            cells[(pb.id, variant, arm)] = cell
+            first.setdefault((pb.id, cell.tree), root)
     pristine_roots = {}
     for task in tasks.values():
         pristine_roots[task["id"]] = root = tmp_path_factory.mktemp(f"{task['id']}-pristine")
@@ -374,7 +394,7 @@ def test_every_mistake_variant_passes_verify_but_fails_the_oracle(cells, book):
 
 def test_step_counts(cells, book):
     for pb in book.tasks:
-        for arm in ARMS:
+        for arm in SKILLED:
             inc, better, worse = (cells[(pb.id, v, arm)].steps for v in VARIANT_FILES)
             survey = sum(step.when == "survey" for step in pb.sessions["work"])  # one Read per unread module
             assert survey >= 3 and better["work"] == inc["work"] - survey, pb.id
@@ -388,10 +408,20 @@ def test_arm_shapes_and_the_survey_change_no_code(cells, book):
     """The plan session only writes docs/plan.md and the survey only reads: the same code either way."""
     for pb in book.tasks:
         for variant in VARIANT_FILES:
-            wf, direct = cells[(pb.id, variant, "workflow")], cells[(pb.id, variant, "direct")]
-            assert wf.code == direct.code and wf.steps["work"] == direct.steps["work"]
-            assert (wf.verify, wf.oracle != 0) == (direct.verify, direct.oracle != 0)
-        assert cells[(pb.id, "incumbent", "direct")].code == cells[(pb.id, "known-better", "direct")].code
-        worse_differs = cells[(pb.id, "incumbent", "direct")].code != cells[(pb.id, "known-worse", "direct")].code
+            wf, auto = cells[(pb.id, variant, "workflow")], cells[(pb.id, variant, "auto")]
+            assert wf.code == auto.code and wf.steps["work"] == auto.steps["work"]
+            assert (wf.verify, wf.oracle != 0) == (auto.verify, auto.oracle != 0)
+        assert cells[(pb.id, "incumbent", "auto")].code == cells[(pb.id, "known-better", "auto")].code
+        worse_differs = cells[(pb.id, "incumbent", "auto")].code != cells[(pb.id, "known-worse", "auto")].code
         assert worse_differs == _edge_case_task(pb)
+
+
+def test_the_baseline_works_without_a_skill_and_fails_where_the_edge_case_matters(cells, book):
+    """No skill: the unskilled steps, without the survey and without the edge-case handling, as known-worse
+    writes them; verify passes everywhere, the oracle fails exactly on the edge-case tasks."""
+    for pb in book.tasks:
+        base, worse = cells[(pb.id, BASELINE, BASELINE)], cells[(pb.id, "known-worse", "auto")]
+        assert list(base.steps) == ["unskilled"] and base.verify == 0, base.outputs
+        assert (base.oracle != 0) == _edge_case_task(pb), base.outputs
+        assert base.code == worse.code  # the same edits as the skill without its necessary line
 

@@ -53,7 +53,7 @@ def test_good_overlay_is_frozen_read_only_and_bound(repo, tmp_path):
     validate(manifest, "freeze-manifest.schema.json", "manifest")
     frozen = repo / "results/freeze/overlay/work/SKILL.md"
     assert frozen.stat().st_mode & 0o777 == 0o444 and frozen.parent.stat().st_mode & 0o777 == 0o555
-    assert manifest["required_candidate_arms"] == ["candidate_direct", "candidate_workflow"]
+    assert manifest["required_candidate_arms"] == ["candidate_auto", "candidate_workflow"]
     assert sorted(manifest["destinations"]) == [".claude/skills/work/SKILL.md", "skills/work/SKILL.md"]
     assert manifest["changed_lines"] == 1 and manifest["candidate_origin"] == "hand-written"
     assert manifest["overlay_digest"] == layout.tree_digest({"work/SKILL.md": frozen.read_bytes()})

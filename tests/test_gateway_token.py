@@ -210,7 +210,7 @@ def test_a_bench_reaches_a_bearer_gateway_with_the_token_nowhere_else(monkeypatc
         p = params(model={"backend": "endpoint", "base_url": gw.url})
         side = plan("incumbent", tasks_file, ROOT / "skills", None, p)
         side.tasks = side.tasks[:1]
-        side.arms = [a for a in side.arms if a.name == "direct"]
+        side.arms = [a for a in side.arms if a.name == "auto"]
         with _ProcessWatch() as watch:
             rows = run_side(side, p, out, quiet=True, scratch_root=tmp_path)
     [row] = rows

@@ -88,7 +88,7 @@ def _tasks(root: Path, names: list[str], plan: list[dict] | None = None) -> Path
     return tasks_file
 
 
-def _bench(root: Path, names: list[str], workers: int = 2, arm: str = "direct",
+def _bench(root: Path, names: list[str], workers: int = 2, arm: str = "auto",
            plan_steps: list[dict] | None = None) -> tuple[dict[str, dict], Path]:
     tasks_file = _tasks(root, names, plan_steps)
     doc = params_doc(runs=1, workers=workers, bench={"limits": LIMITS})
@@ -170,7 +170,7 @@ def test_floods_stop_only_their_own_cell_and_the_neighbour_is_measured_as_if_alo
 
 
 def test_a_session_that_left_no_work_and_a_plan_that_edits_code_are_their_own_outcomes(tmp_path):
-    rows, out = _bench(tmp_path / "direct", ["nowork"])
+    rows, out = _bench(tmp_path / "auto", ["nowork"])
     assert rows["nowork"]["error_kind"] == "no-work" and rows["nowork"]["ok"] is True
     rows, out = _bench(tmp_path / "workflow", ["honest"], arm="workflow", plan_steps=PLAN_EDITS)
     row = rows["honest"]

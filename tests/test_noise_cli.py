@@ -27,7 +27,7 @@ def _side(out: Path, replicate: int = 0) -> list[dict]:
     p = params(runs=3, workers=4, simulator={"noise": "realistic", "seed": SEED}, sampling={"replicate": replicate})
     side = plan("incumbent", ROOT / "tasks/tasks.yaml", ROOT / "skills", None, p)
     side.tasks = [t for t in side.tasks if t.id in ("textstats-unique-words", "ledger-discount-tax")]
-    side.arms = [a for a in side.arms if a.name == "direct"]
+    side.arms = [a for a in side.arms if a.name == "auto"]
     return run_side(side, p, out, quiet=True)
 
 

@@ -72,8 +72,9 @@ def test_fresh_clone_make_demo_promotes_the_candidate_without_the_wasteful_line(
     assert promotion["backend"]["simulated"] is True
     frozen = (demo["clone"] / "results/freeze/overlay/work/SKILL.md").read_text()
     assert WASTEFUL not in frozen and WASTEFUL in (demo["clone"] / "skills/work/SKILL.md").read_text()
-    # incumbent: 4 tasks x 5 runs x 3 sessions (workflow 2, direct 1); candidate: the 3 gate tasks; 1 proposer
-    assert demo["sessions"] == 4 * 5 * 3 + 3 * 5 * 3 + 1
+    # incumbent: 4 tasks x 5 runs x 4 sessions (workflow 2, auto 1, baseline 1); candidate: the 3 gate tasks
+    # without the baseline (workflow 2, auto 1); 1 proposer
+    assert demo["sessions"] == 4 * 5 * 4 + 3 * 5 * 3 + 1
     report = (demo["clone"] / "results/gate/report.md").read_text()
     assert re.search(r"candidate_workflow: promote\*\* — cost_usd \d+\.\d% cheaper \(92% interval \d+\.\d% to "
                      r"\d+\.\d%", report), report[:600]

@@ -336,6 +336,7 @@ def _mini_side(tmp_path: Path, p: dict, tasks: int | None = None):
     tasks_file = make_mini(tmp_path)
     side = plan("incumbent", tasks_file, ROOT / "skills", None, p)
     side.tasks = side.tasks[:tasks] if tasks else side.tasks
+    side.arms = [a for a in side.arms if not a.is_baseline]
     return side, tasks_file
 
 
@@ -348,7 +349,7 @@ def test_worker_killed_mid_cell_is_retried_and_the_result_set_is_complete(cluste
     assert len(killer.killed) == 1 and not Path(f"/proc/{killer.killed[0]}").exists()
     assert len(rows) == 4 and _rows(tmp_path / "out") == rows
     by = {(r["task"], r["arm"]): r for r in rows}
-    for arm in ("direct", "workflow"):
+    for arm in ("auto", "workflow"):
         assert by[("greet", arm)]["resolved"] is True, by[("greet", arm)]["error_detail"]
         assert by[("cheat", arm)]["error_kind"] == "oracle-failed"
     _reap_sandboxes_of_killed_workers(tmp_path)
@@ -376,7 +377,7 @@ def test_api_key_travels_only_in_the_runtime_env(cluster, tmp_path, monkeypatch,
     assert "runtime_env" not in RayExecutor.from_params(params().bench).init_kwargs()  # no key (simulator): none sent
     p = params(runs=1)
     side, tasks_file = _mini_side(tmp_path, p, tasks=1)
-    side.arms = [a for a in side.arms if a.name == "direct"]
+    side.arms = [a for a in side.arms if a.name == "auto"]
     submitted = []
     original = RayExecutor._submit
     monkeypatch.setattr(RayExecutor, "_submit",
@@ -451,7 +452,7 @@ def test_a_local_instance_for_the_run_stays_on_loopback_and_goes_away(tmp_path, 
         monkeypatch.delenv(name, raising=False)
     p = params(runs=1, workers=1)  # ray_address: null
     side, _ = _mini_side(tmp_path, p, tasks=1)
-    side.arms = [a for a in side.arms if a.name == "direct"]
+    side.arms = [a for a in side.arms if a.name == "auto"]
     results, sessions = [], set()
 
     def keep(cell, result):

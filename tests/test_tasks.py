@@ -111,9 +111,10 @@ def test_expensive_tasks_are_skipped_and_listed(tmp_path):
 
 def test_required_candidate_arms_are_the_arms_using_a_touched_skill():
     incumbents = config.load(ROOT / "params.yaml").arms
-    assert [a.name for a in arms.required_candidate_arms({"plan"}, incumbents)] == ["candidate_workflow"]
+    # the auto arm reads every skill's description, so any overlay needs it; the baseline has no skill to change
+    assert [a.name for a in arms.required_candidate_arms({"plan"}, incumbents)] == ["candidate_auto", "candidate_workflow"]
     required = arms.required_candidate_arms({"work"}, incumbents)
-    assert [(a.name, a.incumbent) for a in required] == [("candidate_direct", "direct"), ("candidate_workflow", "workflow")]
+    assert [(a.name, a.incumbent) for a in required] == [("candidate_auto", "auto"), ("candidate_workflow", "workflow")]
     odd = config.parse({"arms": {"x": {"sessions": [{"skill": "nope", "prompt": "{prompt}"}]}}}).arms
     with pytest.raises(BadInput, match=r"arms.x.sessions\[0\].skill: 'nope'"):
         arms.check_skills(odd, {"plan"})

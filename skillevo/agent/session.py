@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from skillevo import events, models, sandbox
+from skillevo import arms, events, models, sandbox
 from skillevo.agent import cli, stream, transcript
 from skillevo.redact import redact_text
 from skillevo.sandbox import LAUNCHER, LAUNCHER_DST, Mount, SandboxSpec
@@ -36,7 +36,7 @@ class SessionSpec:
     transcript_dir: Path
     transcript_name: str
     credential: models.Credential | None = None  # the real key or token; it stays on the host side of the relay
-    expected_skill: str | None = None
+    expected_skill: str | None = None  # a skill name, arms.AUTO or arms.NONE (an arm's session); None: no check
     readonly_paths: tuple[str, ...] = (".claude",)  # workspace-relative, over-mounted read-only: skills and project settings
     mounts: tuple[Mount, ...] = ()
     tools: tuple[str, ...] = DEFAULT_TOOLS
@@ -99,6 +99,7 @@ def run_session(spec: SessionSpec) -> dict[str, Any]:
         "ok": False, "error_kind": None, "error_detail": None, "model": spec.model, "served_models": [],
         "cost_usd": None, **{f: 0 for f in stream.USAGE_FIELDS}, "num_turns": 0, "duration_s": 0.0, "wall_s": 0.0,
         "session_id": None, "tool_uses": {}, "expected_skill": spec.expected_skill, "skill_invoked": None,
+        "skills_loaded": [],
         "transcript": None, "process_state": None, "returncode": None, "stderr_tail": "",
     }
     with tempfile.TemporaryDirectory(prefix="skillevo-session-") as tmp:
@@ -144,15 +145,15 @@ def run_session(spec: SessionSpec) -> dict[str, Any]:
                                                 f"{spec.transcript_name}-{parsed.session_id}.jsonl")
     except OSError as e:
         return _failure("evidence-unverified", f"could not store the transcript: {e}", record)
-    if spec.expected_skill:
-        record["skill_invoked"] = parsed.skill_invoked(spec.expected_skill)
+    record["skills_loaded"] = parsed.skills_loaded
+    record["skill_invoked"] = arms.skill_invoked(spec.expected_skill, parsed.skills_loaded)
     if finished.returncode != 0 or not parsed.succeeded:
         r = parsed.result
         text = str(r.get("result") or r.get("errors") or "")[:300]
         detail = (f"CLI reported an error (subtype {r.get('subtype')}, is_error {r.get('is_error')}, "
                   f"exit {finished.returncode}, api status {r.get('api_error_status')}): {text}")
         return _failure("session-error", redact_text(detail, secrets), record)
-    if spec.expected_skill and not record["skill_invoked"]:
+    if arms.must_load(spec.expected_skill) and not record["skill_invoked"]:
         return _failure("skill-not-invoked", f"no successful Skill call for {spec.expected_skill!r}", record)
     record["ok"] = True
     return record

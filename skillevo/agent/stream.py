@@ -44,7 +44,12 @@ class Parsed:
 
     def skill_invoked(self, skill: str) -> bool:
         """A Skill call for `skill` followed by a successful result for the same tool id."""
-        return any(name == skill and self.tool_results.get(tid) is True for tid, name in self.skill_calls)
+        return skill in self.skills_loaded
+
+    @property
+    def skills_loaded(self) -> list[str]:
+        """Every skill a Skill call loaded (a successful result for its tool id), in order, once each."""
+        return list(dict.fromkeys(name for tid, name in self.skill_calls if self.tool_results.get(tid) is True))
 
 
 def _reject_constant(name: str) -> float:

@@ -85,7 +85,7 @@ def _base_row(spec: CellSpec) -> dict[str, Any]:
         "run": spec.run, "side": spec.side, "resolved": False, "ok": False, "error_kind": None, "error_detail": None,
         "cost_usd": None, **{f: 0 for f in USAGE_FIELDS}, "num_turns": 0, "duration_s": 0.0, "wall_s": 0.0,
         "diff_files": 0, "diff_insertions": 0, "diff_deletions": 0, "verify_passed": False, "oracle_passed": False,
-        "verify_tail": "", "skill_invoked": None, "session_ids": [], "tool_uses": {}, "transcripts": [],
+        "verify_tail": "", "skill_invoked": None, "skills_loaded": [], "session_ids": [], "tool_uses": {}, "transcripts": [],
         "patch": None, "phases": {"workspace_s": 0.0, "setup_s": 0.0, "sessions_s": [], "verify_s": 0.0,
                                   "churn_s": 0.0},
         "model": spec.model.name, "served_models": [], "backend": spec.model.backend, "simulated": spec.model.simulated,
@@ -169,8 +169,9 @@ def _sessions(spec: CellSpec, ws: Path, row: dict, artifacts: dict, credential: 
                     cancel=cancel, limits=spec.limits))
             costs.append(rec["cost_usd"] if rec["transcript"] else None)
             _add_session(row, artifacts, rec, Path(tdir))
-            invoked.append(rec["skill_invoked"])
+            invoked.append(rec["skill_invoked"])  # None for a baseline's sessions: they expect no skill
             row["skill_invoked"] = False if False in invoked else None if None in invoked else True
+            row["skills_loaded"].append(rec["skills_loaded"])
             if fingerprint is None or skills_fingerprint(ws) != fingerprint:
                 _fail(row, "evidence-unverified", f"the skills under test changed during session {i + 1}")
                 break

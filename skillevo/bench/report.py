@@ -1,4 +1,5 @@
-"""report.md for one bench side: per task x arm, what was resolved and what it cost."""
+"""report.md for one bench side: per task x arm, what was resolved and what it cost, and, when the side has a
+baseline arm (every session `none`: no skill installed), what each arm resolves and costs beyond it."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from skillevo import safefs
+from skillevo.arms import is_baseline
 from skillevo.results import aggregate
 
 
@@ -24,6 +26,34 @@ def contamination(rows: list[dict[str, Any]]) -> list[str]:
             by_task[row["task"]][row["patch"]["sha256"]].add(row["arm"])
     return [f"{task}: arms {', '.join(sorted(arms))} produced the identical patch {sha[:12]}"
             for task, patches in sorted(by_task.items()) for sha, arms in sorted(patches.items()) if len(arms) > 1]
+
+
+def _totals(aggs: dict[tuple[str, str], dict[str, Any]], arm: str, tasks: list[str]) -> tuple[int, int, float | None]:
+    """(resolved, valid runs, sum of the per-task median costs) of one arm over `tasks`; cost None if unmeasured."""
+    cells = [aggs[(task, arm)] for task in tasks]
+    costs = [c["cost_usd"] for c in cells]
+    return (sum(c["resolved"] for c in cells), sum(c["valid_runs"] for c in cells),
+            None if None in costs else sum(costs))
+
+
+def against_baseline(provenance: dict[str, Any], aggs: dict[tuple[str, str], dict[str, Any]]) -> list[str]:
+    """Per arm, against each baseline arm, over the tasks both ran: resolution in points and cost in dollars and
+    percent (the sum of per-task median costs), so what a skill buys and what it costs is read off one line."""
+    names = [a["name"] for a in provenance["arms"]]
+    lines = []
+    for base in (a["name"] for a in provenance["arms"] if is_baseline(a["skills"])):
+        lines += [f"## Against the baseline `{base}` (no skill installed)", "",
+                  "| arm | resolved | baseline resolved | resolution vs baseline | cost $ | baseline cost $ | "
+                  "cost vs baseline |", "|---|---|---|---|---|---|---|"]
+        for arm in (n for n in names if n != base):
+            tasks = sorted(t for (t, a) in aggs if a == arm and (t, base) in aggs)
+            (res, runs, cost), (b_res, b_runs, b_cost) = _totals(aggs, arm, tasks), _totals(aggs, base, tasks)
+            points = "—" if not runs or not b_runs else f"{100 * (res / runs - b_res / b_runs):+.0f} points"
+            delta = "—" if cost is None or not b_cost else f"{cost - b_cost:+.4f} ({100 * (cost / b_cost - 1):+.1f}%)"
+            lines.append(f"| {arm} | {res}/{runs} | {b_res}/{b_runs} | {points} | {_fmt(cost, 4)} | {_fmt(b_cost, 4)} | "
+                         f"{delta} |")
+        lines += ["", "Over the tasks both arms ran; cost is the sum of the per-task medians.", ""]
+    return lines
 
 
 def render(provenance: dict[str, Any], rows: list[dict[str, Any]]) -> str:
@@ -55,6 +85,7 @@ def render(provenance: dict[str, Any], rows: list[dict[str, Any]]) -> str:
                      f"{_fmt(a['cost_usd'], 4)} | {_fmt(a['input_tokens'])} | {_fmt(a['output_tokens'])} | "
                      f"{_fmt(a['num_turns'])} | {_fmt(a['wall_s'], 1)} | {churn} | {errors} |")
     lines += ["", "Medians over valid runs. Token and turn columns count the main agent loop only.", ""]
+    lines += against_baseline(provenance, aggs)
     alarms = contamination(rows)
     if alarms:
         lines += ["## Contamination alarm", ""]

@@ -159,20 +159,32 @@ def _cancel_on_signals() -> Iterator[threading.Event]:
             signal.signal(s, handler)
 
 
+def _template(p: SidePlan, tree: Path, kind: str, dest: Path) -> str:
+    """A task's template for one kind of arm. A baseline arm's (skills `none`) holds no skill of the family, only
+    an empty .claude/, over-mounted read-only like every arm's: the CLI finds no project skill (it still lists
+    its own bundled ones, as it would for a user without skills) and the agent cannot install one."""
+    if kind == "baseline":
+        base = workspace.build_template(tree, {}, None, dest)
+        (dest / ".claude").mkdir(exist_ok=True)
+        return base
+    return workspace.build_template(tree, p.family, p.overlay if kind == "candidate" else None, dest, p.executables,
+                                    p.overlay_executables)
+
+
 def build_cells(p: SidePlan, bench: BenchParams, mdl: models.Model, scratch: Path) -> list[CellSpec]:
     """Every (task, arm, run) of the side; templates are built once per task and variant."""
     cells = []
     for task in p.tasks:
         tree = scratch / "trees" / task.id
         workspace.export_tree(task, tree)
-        templates: dict[bool, tuple[Path, str]] = {}
+        templates: dict[str, tuple[Path, str]] = {}
         for arm in p.arms:
             cand = arm.is_candidate
-            if cand not in templates:
-                dest = scratch / "templates" / f"{task.id}-{'candidate' if cand else 'incumbent'}"
-                templates[cand] = (dest, workspace.build_template(tree, p.family, p.overlay if cand else None, dest,
-                                                                  p.executables, p.overlay_executables))
-            template, base = templates[cand]
+            kind = "baseline" if arm.is_baseline else "candidate" if cand else "incumbent"
+            if kind not in templates:
+                dest = scratch / "templates" / f"{task.id}-{kind}"
+                templates[kind] = (dest, _template(p, tree, kind, dest))
+            template, base = templates[kind]
             cells += [CellSpec(task=task, arm=arm, run=run, side=p.side, template=template, base_commit=base,
                                skills_digest=p.skills_digest, overlay_digest=p.overlay_digest if cand else None,
                                model=mdl, scratch=scratch, churn_exclude=bench.churn_exclude,

@@ -83,11 +83,24 @@ def make_bundle(*, params: Params, previous: str | Path | None, seed: str | Path
     else:
         inputs = load_previous(previous, incumbent)
     _hold_back(inputs, split)
+    _drop_baselines(inputs, params)
     items, digest = ([], None)
     if learnings is not None:
         items, digest = load_learnings(learnings, skills, params.evidence.max_learnings)
     return build_bundle(inputs, guard=guard, limits=params.evidence, skills=skills, learnings=items,
                         learnings_digest=digest, secrets=env_secrets(environ))
+
+
+def _drop_baselines(inputs: Inputs, params: Params) -> None:
+    """Rows of a baseline arm (skills `none`: no skill installed) say nothing about the skills' text, and as
+    unresolved runs they would come first and crowd the bounded bundle: the proposer does not see them."""
+    baselines = {name for name, arm in params.arms.items() if arm.is_baseline}
+    kept = [row for row in inputs.rows if row.row["incumbent_arm"] not in baselines]
+    if len(kept) < len(inputs.rows):
+        inputs.dropped.append({"what": f"{len(inputs.rows) - len(kept)} rows of baseline arms "
+                                       f"({', '.join(sorted(baselines))})",
+                               "reason": "left out: no skill was installed, so they teach nothing about the skills"})
+    inputs.rows = kept
 
 
 def _hold_back(inputs: Inputs, split: tasks_mod.Split) -> None:

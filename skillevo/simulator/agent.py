@@ -5,6 +5,10 @@ Modes (chosen per session by the base URL path, see server.py):
   no-skill  do the task's steps but never invoke the skill (the skill text is then never seen)
   escape    an adversarial agent that tries to leave its sandbox through real tool calls
 
+A prompt that names no skill ("Use the <name> skill") leaves the choice to the agent, as a real model makes it
+from the skill listing the CLI sends: `choose` below (docs/simulator.md, "Choosing a skill"). Without a skill
+it plays its playbook's `unskilled` session with no skill text.
+
 A session's noise (skillevo.simulator.noise) varies the first two as a real agent varies: prose before each
 tool call, extra exploratory calls on files the task reads, now and then a mistake or a skipped skill.
 """
@@ -13,6 +17,7 @@ from __future__ import annotations
 
 import json
 import posixpath
+import re
 import shlex
 from dataclasses import dataclass
 from typing import Any
@@ -107,11 +112,59 @@ def _follow(steps: list[Step], index: int, cwd: str, done: str, noise: SessionNo
     return Reply(text=done if summary is None else f"{done} {summary}")
 
 
-def normal(conv: Conversation, book: Playbook, noise: SessionNoise = QUIET) -> Reply:
-    skill = conv.requested_skill
-    task = book.task_for(conv.prompt)
-    if skill is None or task is None:
+# Choosing a skill when the prompt names none -------------------------------------------------------------
+MIN_SHARED = 2  # a description must share at least this many terms with the prompt to be chosen
+_WORD = re.compile(r"[a-z0-9]+")
+_STOP = frozenset("""a about after an and any are as at be been before but by can do does each every for from give has
+have here how if in into is it its may must no not of on one only or our out over should so some such than that the their
+then there these this those to under up use used uses using was we what when which while who will with would you your
+make makes""".split())
+
+
+def _stem(word: str) -> str:
+    """A crude, fixed stem: one suffix off (-ing, -ed, -es, -s, never the s of -ss), then a final e, so that
+    "code"/"coding", "tests"/"test", "fixes"/"fix", "passes"/"passing" meet."""
+    for suffix in ("ing", "ed", "es", "s"):
+        if word.endswith(suffix) and len(word) - len(suffix) >= 3 and not (suffix == "s" and word.endswith("ss")):
+            word = word[: -len(suffix)]
+            break
+    return word[:-1] if word.endswith("e") and len(word) > 3 else word
+
+
+def terms(text: str) -> set[str]:
+    """The stems of a text's words of three or more letters that are not stop words (lowercased; `_`, `/`, `.` and
+    every other non-alphanumeric split words)."""
+    return {_stem(w) for w in _WORD.findall(text.lower()) if len(w) >= 3 and w not in _STOP}
+
+
+def relevance(prompt: str, description: str) -> int:
+    """How many of the description's terms the prompt contains."""
+    return len(terms(description) & terms(prompt))
+
+
+def choose(conv: Conversation, task: Task) -> str | None:
+    """The skill an agent whose prompt names none loads: of the skills the CLI listed that the playbook knows for
+    the task (the CLI's bundled skills are the same in every arm and the agent has no steps for them), the one
+    whose description is most relevant to the prompt, ties by name; None when none reaches MIN_SHARED."""
+    scored = sorted((-relevance(conv.prompt, text), name) for name, text in conv.listed.items() if name in task.sessions)
+    return scored[0][1] if scored and -scored[0][0] >= MIN_SHARED else None
+
+
+def _unskilled(conv: Conversation, book: Playbook, task: Task, noise: SessionNoise) -> Reply:
+    """The task done from the prompt alone: the playbook's `unskilled` session with no skill text to steer it."""
+    if task.unskilled is None:
         return Reply(text="I could not match this request to a task I know how to do.")
+    steps = _explore(task, task.unskilled, noise, book.steps(task, task.unskilled, "", noise.mistake))
+    return _follow(steps, conv.turns, conv.cwd, f"Finished {task.id} without a skill.", noise)
+
+
+def normal(conv: Conversation, book: Playbook, noise: SessionNoise = QUIET) -> Reply:
+    task = book.task_for(conv.prompt)
+    if task is None:
+        return Reply(text="I could not match this request to a task I know how to do.")
+    skill = conv.requested_skill or choose(conv, task)
+    if skill is None:
+        return _unskilled(conv, book, task, noise)
     if noise.skips_skill:
         return no_skill(conv, book, noise)
     if conv.turns == 0:
@@ -121,10 +174,12 @@ def normal(conv: Conversation, book: Playbook, noise: SessionNoise = QUIET) -> R
 
 
 def no_skill(conv: Conversation, book: Playbook, noise: SessionNoise = QUIET) -> Reply:
-    skill = conv.requested_skill
     task = book.task_for(conv.prompt)
-    if skill is None or task is None:
+    if task is None:
         return Reply(text="Nothing to do.")
+    skill = conv.requested_skill or choose(conv, task)
+    if skill is None:
+        return _unskilled(conv, book, task, noise)
     steps = _explore(task, skill, noise, book.steps(task, skill, "", noise.mistake))
     return _follow(steps, conv.turns, conv.cwd, f"Finished {task.id} without the skill.", noise)
 

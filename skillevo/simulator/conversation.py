@@ -15,6 +15,10 @@ from typing import Any
 _SKILL_BASE = re.compile(r"^Base directory for this skill: (?P<dir>\S+)\n\n", re.S)
 _CWD = re.compile(r"Primary working directory: (\S+)")
 _SKILL_IN_PROMPT = re.compile(r"\b[Uu]se the ([a-z0-9][a-z0-9._-]*) skill\b")
+# The CLI lists every skill it found (the project's and its own bundled ones) in a reminder of the first message,
+# one "- <name>: <description>" entry each; a description may run over several lines.
+_LISTING = "The following skills are available for use with the Skill tool:"
+_ENTRY = re.compile(r"^- (\S+): ?(.*)$")
 
 
 @dataclass(frozen=True)
@@ -30,6 +34,7 @@ class Conversation:
     cwd: str
     turns: int  # assistant messages so far
     skills: dict[str, str] = field(default_factory=dict)  # skill name -> loaded skill text
+    listed: dict[str, str] = field(default_factory=dict)  # skill name -> description, as the CLI listed them
     results: tuple[ToolResult, ...] = ()
 
     @property
@@ -55,15 +60,31 @@ def _text_of(content: Any) -> str:
     return "\n".join(b.get("text", "") for b in content or [] if isinstance(b, dict) and b.get("type") == "text")
 
 
+def _listing(text: str) -> dict[str, str]:
+    """The skills a reminder lists, name -> description (continuation lines joined with a space)."""
+    listed: dict[str, str] = {}
+    name = None
+    for line in text.split(_LISTING, 1)[1].split("</system-reminder>", 1)[0].splitlines():
+        m = _ENTRY.match(line)
+        if m:
+            name = m.group(1)
+            listed[name] = m.group(2).strip()
+        elif name is not None and line.strip():
+            listed[name] = f"{listed[name]} {line.strip()}"
+    return listed
+
+
 def parse(body: dict[str, Any]) -> Conversation:
     messages = [m for m in body.get("messages", []) if isinstance(m, dict)]
-    prompt, cwd = "", "/"
+    prompt, cwd, listed = "", "/", {}
     if messages:
         for block in _blocks(messages[0]):
             text = block.get("text", "") if block.get("type") == "text" else ""
             m = _CWD.search(text)
             if m:
                 cwd = m.group(1)
+            elif _LISTING in text:
+                listed = _listing(text)
             elif text and not text.lstrip().startswith("<system-reminder>"):
                 prompt = text
     skills: dict[str, str] = {}
@@ -80,4 +101,5 @@ def parse(body: dict[str, Any]) -> Conversation:
                 m = _SKILL_BASE.match(block.get("text", ""))
                 if m:
                     skills[m.group("dir").rstrip("/").rsplit("/", 1)[-1]] = block["text"][m.end():]
-    return Conversation(prompt=prompt.strip(), cwd=cwd, turns=turns, skills=skills, results=tuple(results))
+    return Conversation(prompt=prompt.strip(), cwd=cwd, turns=turns, skills=skills, listed=listed,
+                        results=tuple(results))

@@ -5,7 +5,8 @@ Steps may depend on an *instruction* — a phrase the simulator looks for in the
 actually sent — so that editing a skill really changes what the agent does and what it costs.
 A step may also say `mistake: true` (taken only when the agent slips, at the noise profile's rate) or
 `mistake: false` (taken only when it does not): a task's mistake variant, a plausible change that passes
-the visible check but not the hidden oracle (skillevo/simulator/noise.py).
+the visible check but not the hidden oracle (skillevo/simulator/noise.py). A playbook's `unskilled` names the
+session whose steps an agent that loaded no skill takes for its tasks, with no skill text to steer them.
 """
 
 from __future__ import annotations
@@ -42,6 +43,7 @@ class Task:
     id: str
     match: str
     sessions: dict[str, tuple[Step, ...]]
+    unskilled: str | None = None  # the session an agent without a skill plays (its playbook's `unskilled`)
 
     @property
     def has_mistake(self) -> bool:
@@ -97,7 +99,11 @@ def parse(doc: Any, source: str | Path) -> Playbook:
                 kind = next(k for k in _KINDS if k in raw)
                 steps.append(Step(kind, raw[kind], raw.get("when"), raw.get("unless"), raw.get("mistake")))
             sessions[skill] = tuple(steps)
-        tasks.append(Task(t["id"], t["match"], sessions))
+        unskilled = doc.get("unskilled")
+        if unskilled is not None and unskilled not in sessions:
+            raise InvalidDocument(f"{source}: task {t['id']!r} has no session {unskilled!r}, which `unskilled` names "
+                                  "(rule: an agent without a skill plays a session the task has)")
+        tasks.append(Task(t["id"], t["match"], sessions, unskilled))
     return Playbook(instructions, tuple(tasks))
 
 
