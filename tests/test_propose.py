@@ -99,7 +99,9 @@ def test_prior_rejected_proposal_is_not_proposed_again(evidence, tmp_path):
 def test_the_simulated_proposer_works_on_a_family_of_realistic_size(evidence, tmp_path):
     """Forty more skills of 6 KB each: far more text than one Bash output may carry before the CLI shortens it
     to a preview. The proposer reads only bounded outputs, so it still finds and removes the same line."""
-    root, _ = evidence
+    root = tmp_path / "gen"
+    shutil.copytree(evidence[0] / "evidence", root / "evidence")
+    (root / "evidence/prior-proposal.md").unlink(missing_ok=True)  # another test hands on a rejected proposal
     family = tmp_path / "skills"
     shutil.copytree(ROOT / "skills", family)
     for i in range(40):
