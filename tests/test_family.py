@@ -83,6 +83,6 @@ def test_a_realistic_family_runs_a_whole_generation_and_apply(tmp_path):
     for root in ("skills", ".claude/skills"):
         assert (clone / root / "work/SKILL.md").read_bytes() == frozen
         assert stat.S_IMODE(os.stat(clone / root / SCRIPT).st_mode) == 0o755  # untouched, still a script
-    changed = run(["git", "status", "--porcelain"], clone).split("\n")
-    assert sorted(line[3:] for line in changed if line.strip()) == [".claude/skills/work/SKILL.md",
-                                                                     "skills/work/SKILL.md"]
+    changed = run(["git", "status", "--porcelain", "--", "skills", ".claude", "skill-modes.json"], clone)
+    assert sorted(line[3:] for line in changed.splitlines() if line.strip()) == [".claude/skills/work/SKILL.md",
+                                                                                  "skills/work/SKILL.md"]
