@@ -11,7 +11,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from skillevo import documents, layout, overlay, safefs
+from skillevo import documents, frontmatter, layout, overlay, safefs
 from skillevo.agent import SessionSpec, run_session
 from skillevo.errors import BadInput
 from skillevo.models import Credential, Model
@@ -28,9 +28,23 @@ class ProposalRefused(BadInput):
     """The proposer's session failed, or what it wrote breaks a rule."""
 
 
-def render_prompt(template_path: Path, evolvable: list[str], max_changed_lines: int) -> str:
+SCOPE = {
+    overlay.SUPPORTING_FILES: "replace other files of an evolvable skill (references, data) that are not scripts",
+    overlay.SCRIPTS: "edit a script (a file with an execute bit) or change an execute bit",
+}
+
+
+def render_prompt(template_path: Path, evolvable: list[str], max_changed_lines: int,
+                  allow: tuple[str, ...] | frozenset[str] = ()) -> str:
+    """The proposer's prompt, stating exactly what params propose.allow lets this overlay do."""
     template = safefs.read_text(template_path, max_bytes=MAX_PROMPT_BYTES, what="proposer prompt template")
-    return template.replace("{evolvable}", ", ".join(evolvable)).replace("{max_changed_lines}", str(max_changed_lines))
+    allowed = "; ".join(["replace Markdown files of an evolvable skill"] + [SCOPE[a] for a in sorted(SCOPE) if a in allow])
+    allowed += ". Adding a new file is not possible (apply replaces committed files only)."
+    keys = ", ".join(sorted(frontmatter.PRIVILEGED))
+    privileged = (f"You may change the frontmatter keys {keys} (params allow it)." if overlay.PRIVILEGED_FRONTMATTER
+                  in allow else f"Do not add, change or remove the frontmatter keys {keys}.")
+    return (template.replace("{evolvable}", ", ".join(evolvable)).replace("{max_changed_lines}", str(max_changed_lines))
+            .replace("{allowed}", allowed).replace("{privileged}", privileged))
 
 
 def frontmatter_note(checked: overlay.Checked) -> str:

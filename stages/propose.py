@@ -36,7 +36,7 @@ def run(args: argparse.Namespace) -> str:
     params = stage.load_params("propose", args)
     evolvable = list(params.skills.evolvable)
     limits = overlay.Limits.from_params(params)
-    prompt = propose.render_prompt(args.prompt, evolvable, limits.max_changed_lines)
+    prompt = propose.render_prompt(args.prompt, evolvable, limits.max_changed_lines, limits.allow)
     with ExitStack() as stack:
         sim_url, sim = None, None
         if params.model.simulated:

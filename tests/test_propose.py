@@ -148,3 +148,14 @@ def test_a_failure_of_the_simulator_is_reported_as_one_never_as_a_transient_api_
     assert "skillevo simulator failure (not an API error): ValueError: the playbook has no step here" in \
         payload["error"]["message"]
     assert sim.failures == ["ValueError: the playbook has no step here"]
+
+
+def test_the_prompt_says_what_the_overlay_may_do():
+    template = ROOT / "prompts/propose.md"
+    plain = propose.render_prompt(template, ["work"], 40)
+    assert "What an overlay may do: replace Markdown files of an evolvable skill. Adding a new file" in plain
+    assert "Do not add, change or remove the frontmatter keys agent, allowed-tools" in plain
+    assert "{" not in plain.split("Do this:")[1]  # every placeholder filled
+    wide = propose.render_prompt(template, ["work"], 40, ("scripts", "supporting-files", "privileged-frontmatter"))
+    assert "edit a script (a file with an execute bit)" in wide and "that are not scripts" in wide
+    assert "You may change the frontmatter keys" in wide
