@@ -69,7 +69,7 @@ for row in rows:
                 if not isinstance(b, dict) or b.get("type") != "tool_use":
                     continue
                 i = b.get("input") or {}
-                key = [b.get("name"), i.get("command") or i.get("file_path") or ""]
+                key = [b.get("name"), i.get("command") or i.get("file_path") or "", i.get("new_string") or ""]
                 for ins, keys in sigs.items():
                     if key in keys:
                         costs[ins] = costs.get(ins, 0) + tokens
@@ -91,11 +91,13 @@ def _signatures(book: Playbook, cwd: str) -> dict[str, list[list[str]]]:
                 if step.when is None:
                     continue
                 if step.kind == "bash":
-                    key = ["Bash", step.arg]
+                    key = ["Bash", step.arg, ""]
                 elif step.kind == "read":
-                    key = ["Read", posixpath.join(cwd, step.arg)]
-                elif step.kind in ("edit", "write"):
-                    key = [step.kind.capitalize(), posixpath.join(cwd, step.arg["path"])]
+                    key = ["Read", posixpath.join(cwd, step.arg), ""]
+                elif step.kind == "edit":  # the edit itself, not just its file: another step may edit the same file
+                    key = ["Edit", posixpath.join(cwd, step.arg["path"]), step.arg["new"]]
+                elif step.kind == "write":
+                    key = ["Write", posixpath.join(cwd, step.arg["path"]), ""]
                 else:
                     continue
                 sigs.setdefault(step.when, []).append(key)
