@@ -282,6 +282,8 @@ def test_a_null_candidate_under_realistic_noise_is_not_promoted_and_rows_follow_
     for rel in ("skills/work/SKILL.md", ".claude/skills/work/SKILL.md"):
         (clone / rel).write_text(better)
     config.set_value(clone / "params.yaml", "simulator", "noise", "realistic")
+    config.set_value(clone / "params.yaml", "sampling", "runs", 3)  # CI time: 9 runs an arm on the gate's tasks,
+    config.set_value(clone / "params.yaml", "gate", "max_resolution_drop_pct", 40)  # which bound a drop within 40
     run(["git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qam", "a null candidate, real noise"], clone)
     out = make(clone, "demo")
     assert "a line that steers no measured behaviour" in (clone / "results/proposal/proposal.md").read_text()
