@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import statistics
 from collections import Counter, defaultdict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from dataclasses import field as dataclass_field
 from datetime import datetime
@@ -148,13 +148,16 @@ def _result_events(data: bytes, where: str) -> dict[str, Any]:
     return found[0]
 
 
-def transcript_totals(row: Mapping[str, Any], directory: Path) -> dict[str, Any]:
+def transcript_totals(row: Mapping[str, Any], directory: Path,
+                      read: Callable[[Mapping[str, Any]], bytes] | None = None) -> dict[str, Any]:
     """A row's cost, tokens, turns and duration as its sha256-bound transcripts say them, summed as the bench
-    sums them; cost is unmeasured (None) when a session that ran left no transcript or reported no cost."""
+    sums them; cost is unmeasured (None) when a session that ran left no transcript or reported no cost.
+    `read(meta)` gives a transcript's checked bytes from elsewhere than `directory` (the cell store)."""
     totals: dict[str, Any] = {field: 0 for field in (*USAGE_FIELDS, "num_turns")}
     duration, costs = 0.0, []
     for meta in row["transcripts"]:
-        result = _result_events(read_artifact(meta, directory), f"{directory}/{meta['path']}")
+        data = read(meta) if read is not None else read_artifact(meta, directory)
+        result = _result_events(data, f"{directory}/{meta['path']}")
         if result.get("session_id") not in row["session_ids"]:
             raise BadInput(f"{directory}/{meta['path']}: its session is not one of its row's session_ids "
                            "(rule: transcript)")
@@ -170,15 +173,21 @@ def transcript_totals(row: Mapping[str, Any], directory: Path) -> dict[str, Any]
     return totals
 
 
+def check_row_transcripts(row: Mapping[str, Any], directory: Path, where: str,
+                          read: Callable[[Mapping[str, Any]], bytes] | None = None) -> None:
+    """One row's cost, tokens, turns and duration must be what its transcripts say (BadInput naming the row and
+    the field)."""
+    for field, value in transcript_totals(row, directory, read).items():
+        if row[field] != value:
+            raise BadInput(f"{where}: {field} is {row[field]!r} but its transcripts say {value!r} "
+                           "(rule: rows match their transcripts)")
+
+
 def check_transcripts(side: Side) -> None:
-    """Every row's cost, tokens, turns and duration must be what its transcripts say (BadInput naming the row
-    and the field): a row edited after the bench, say every candidate cost set to 0.01, is refused."""
+    """Every row of a side must match its transcripts: a row edited after the bench, say every candidate cost
+    set to 0.01, is refused."""
     for row in side.rows:
-        where = f"{side.directory / RESULTS_FILE}: row {cell_name(row)}"
-        for field, value in transcript_totals(row, side.directory).items():
-            if row[field] != value:
-                raise BadInput(f"{where}: {field} is {row[field]!r} but its transcripts say {value!r} "
-                               "(rule: rows match their transcripts)")
+        check_row_transcripts(row, side.directory, f"{side.directory / RESULTS_FILE}: row {cell_name(row)}")
 
 
 def load_side(directory: Path, side: str) -> Side:

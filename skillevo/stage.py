@@ -9,7 +9,10 @@ traceback is left only for what nobody anticipated: a bug, which should be repor
 from __future__ import annotations
 
 import argparse
+import ctypes
 import errno
+import os
+import signal
 import sys
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -26,6 +29,7 @@ from skillevo.errors import (
 
 Run = Callable[[argparse.Namespace], str | None]
 
+PR_SET_PDEATHSIG = 1  # linux/prctl.h
 _DISK = {errno.ENOSPC, errno.EDQUOT}
 _DENIED = {errno.EACCES, errno.EPERM, errno.EROFS}
 
@@ -75,9 +79,25 @@ def warn(name: str, notes: Iterable[str]) -> None:
         print(f"{name}: warning: {one_line(note)}", file=sys.stderr, flush=True)
 
 
+def die_with_parent() -> None:
+    """SIGTERM this process when the one that started it dies (Linux prctl PR_SET_PDEATHSIG). A stage killed
+    with its `dvc` must stop, not run on orphaned and later overwrite outputs DVC has restored meanwhile; SIGTERM
+    stops it as Ctrl-C does, keeping what it finished."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+    except (OSError, AttributeError):
+        return
+    if os.getppid() == 1:  # the parent died before the call
+        os.kill(os.getpid(), signal.SIGTERM)
+
+
 def main(name: str, parser: argparse.ArgumentParser, run: Run, argv: list[str] | None = None) -> int:
-    """Parse `argv`, call `run(args)`, print the summary it returns; return the exit status."""
+    """Parse `argv`, call `run(args)`, print the summary it returns; return the exit status. Run as a program
+    (`argv` None), the stage dies with its parent."""
     args = parser.parse_args(argv)
+    if argv is None:
+        die_with_parent()
     try:
         summary = run(args)
     except SkillevoError as e:

@@ -5,7 +5,8 @@
 
 The incumbent side runs every arm in params.yaml on the incumbent skills; the candidate side runs the
 candidate arms the frozen overlay requires. They are separate DVC stages, so an unchanged incumbent
-side is never paid for twice. Exit 130 when interrupted (finished cells are kept), 2 on bad input,
+side is never paid for twice; and within a side every finished cell goes to the cell store (--store) the moment
+it ends, so a killed bench resumes without paying for a finished cell again. Exit 130 when interrupted (finished cells are kept), 2 on bad input,
 69 when the machine cannot run sandboxed sessions.
 """
 
@@ -30,6 +31,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--modes", type=Path, default=layout.MODES,
                    help="the family's recorded execute bits, which must match it (`make modes`) [%(default)s]")
     p.add_argument("--out", type=Path, default=None, help="output directory [results/bench-<side>]")
+    p.add_argument("--store", type=Path, default=None,
+                   help=f"the cell store: finished cells are served from it and stored in it (dvc.yaml: "
+                        f"{layout.CELL_STORE}) [none: pay for every cell]")
     p.add_argument("--include-expensive", action="store_true", default=None,
                    help="also run tasks marked expensive [params bench.include_expensive]")
     return p
@@ -40,7 +44,7 @@ def run(args: argparse.Namespace) -> str:
     out = args.out or layout.BENCH[args.side]
     side_plan = plan(args.side, args.tasks, stage.skills_dir(args, params), args.overlay, params, args.include_expensive,
                      modes=args.modes)
-    rows = run_side(side_plan, params, out)
+    rows = run_side(side_plan, params, out, store=args.store)
     return f"bench {args.side}: {len(rows)} cells, {sum(r['resolved'] for r in rows)} resolved; report: {out / 'report.md'}"
 
 

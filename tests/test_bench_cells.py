@@ -75,6 +75,8 @@ def test_oracle_is_never_in_the_workspace_during_the_session(tmp_path):
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL])
 def test_killed_bench_leaves_only_complete_valid_rows(tmp_path, sig):
+    """A bench writes its side beside --out and renames it into place whole: SIGTERM publishes what it finished,
+    marked partial; after SIGKILL --out does not exist at all, and the staging holds only whole rows."""
     tasks_file = make_mini(tmp_path)
     params_file = write_params(tmp_path / "params.yaml", runs=4, workers=2)
     out = tmp_path / "out"
@@ -82,7 +84,7 @@ def test_killed_bench_leaves_only_complete_valid_rows(tmp_path, sig):
                              "--skills", str(ROOT / "skills"), "--params", str(params_file), "--out", str(out)],
                             cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
     deadline = time.monotonic() + 120
-    results = out / "results.jsonl"
+    results = tmp_path / f".out.staging-{proc.pid}" / "results.jsonl"
     while time.monotonic() < deadline and not (results.is_file() and results.read_bytes()):
         assert proc.poll() is None, proc.stderr.read()
         time.sleep(0.1)
@@ -93,12 +95,17 @@ def test_killed_bench_leaves_only_complete_valid_rows(tmp_path, sig):
     if sig == signal.SIGTERM:
         assert proc.returncode == 130, proc.stderr.read()
         assert b"interrupted" in proc.stderr.read()
+        side = out
+        assert (out / ".partial").is_file() and not results.parent.exists()
+    else:
+        assert not out.exists()
+        side = results.parent
     time.sleep(1)
-    rows = _rows(out)
+    rows = _rows(side)
     assert 1 <= len(rows) < 16
     for row in rows:
         validate(row, "result-row.schema.json", "row")
         for art in row["transcripts"]:
-            assert sha256_bytes((out / art["path"]).read_bytes()) == art["sha256"]
-    assert not (out / "bench.json").exists()  # an incomplete side never looks complete
+            assert sha256_bytes((side / art["path"]).read_bytes()) == art["sha256"]
+    assert not (side / "bench.json").exists()  # an incomplete side never looks complete
     assert not session_processes()

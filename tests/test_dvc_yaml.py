@@ -7,70 +7,12 @@ changed module reuse stale results. Both directions are checked against the real
 
 from __future__ import annotations
 
-import ast
 from pathlib import Path
 
 import pytest
 import yaml
 
-ROOT = Path(__file__).resolve().parents[1]
-PACKAGES = ("skillevo", "stages")
-# Files a module reads at run time besides its imports.
-DATA = {
-    "skillevo/schemas.py": {"schemas"},  # every schema is in the registry (schemas refer to each other)
-    "skillevo/sandbox/__init__.py": {"skillevo/sandbox/launch.sh"},
-    "skillevo/bench/checks.py": {"skillevo/bench/pyboot/sitecustomize.py", "skillevo/bench/pyboot/pytest.ini"},
-}
-
-
-def _module_file(name: str) -> Path | None:
-    path = ROOT.joinpath(*name.split("."))
-    if path.with_suffix(".py").is_file():
-        return path.with_suffix(".py")
-    if (path / "__init__.py").is_file():
-        return path / "__init__.py"
-    return None
-
-
-def _imports(path: Path) -> set[str]:
-    names = set()
-    package = ".".join(path.relative_to(ROOT).with_suffix("").parts)
-    if path.name == "__init__.py":
-        package = package.removesuffix(".__init__")
-    else:
-        package = package.rpartition(".")[0]
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-        if isinstance(node, ast.Import):
-            names.update(alias.name for alias in node.names)
-        elif isinstance(node, ast.ImportFrom):
-            base = node.module or ""
-            if node.level:
-                parts = package.split(".")[: len(package.split(".")) - node.level + 1]
-                base = ".".join([*parts, base] if base else parts)
-            names.add(base)
-            names.update(f"{base}.{alias.name}" for alias in node.names)
-    return {n for n in names if n.split(".")[0] in PACKAGES}
-
-
-def closure(script: str) -> set[str]:
-    """Repo-relative files a stage script runs: its modules, their packages' __init__.py, the data they load."""
-    todo, seen = [ROOT / script], set()
-    while todo:
-        path = todo.pop()
-        if path in seen:
-            continue
-        seen.add(path)
-        rel = path.relative_to(ROOT)
-        for parent in rel.parents:
-            init = ROOT / parent / "__init__.py"
-            if parent != Path(".") and init.is_file() and init not in seen:
-                todo.append(init)
-        for name in _imports(path):
-            found = _module_file(name)
-            if found is not None:
-                todo.append(found)
-    files = {p.relative_to(ROOT).as_posix() for p in seen}
-    return files | {d for f in files for d in DATA.get(f, ())}
+from skillevo.harness import PACKAGES, ROOT, closure
 
 
 def _expand(dep: str) -> set[str]:

@@ -22,7 +22,7 @@ from typing import Any
 from tqdm import tqdm
 
 from skillevo import arms as arms_mod
-from skillevo import documents, frontmatter, layout, models, safefs, sandbox, workspace
+from skillevo import cellstore, documents, frontmatter, harness, layout, models, safefs, sandbox, workspace
 from skillevo import modes as modes_mod
 from skillevo import tasks as tasks_mod
 from skillevo.agent import cli
@@ -30,7 +30,7 @@ from skillevo.bench.cell import CellResult, CellSpec
 from skillevo.bench.executor import Executor, LocalExecutor
 from skillevo.bench.report import write_report
 from skillevo.config import BenchParams, Params
-from skillevo.digests import canonical_json
+from skillevo.digests import canonical_json, framed_digest, sha256_json
 from skillevo.errors import BadInput, BrokenEnvironment, Interrupted
 from skillevo.results import (
     EXCLUDED_ERROR_KINDS,
@@ -106,21 +106,27 @@ class Outage(BrokenEnvironment):
 
 
 class _Writer:
-    """Appends finished cells to the side directory; safe to call from executor threads. It is also the outage
-    breaker: `max_consecutive` systemic failures in a row cancel the rest of the side."""
+    """Appends finished cells to the side's staging directory and, the moment a paid cell ends, stores it in the
+    cell store; safe to call from executor threads. It is also the outage breaker: `max_consecutive` systemic
+    failures in a row cancel the rest of the side."""
 
     def __init__(self, out: Path, total: int, quiet: bool, cancel: threading.Event | None = None,
-                 max_consecutive: int = 0) -> None:
+                 max_consecutive: int = 0, store: cellstore.Store | None = None,
+                 keys: dict[str, tuple[str, dict[str, Any]]] | None = None) -> None:
         self.out, self.lock = out, threading.Lock()
         self.rows: list[dict[str, Any]] = []
-        self.failures = 0
+        self.failures = self.served = self.stored = 0
         self.cancel, self.max_consecutive, self.consecutive = cancel, max_consecutive, 0
+        self.store, self.keys = store, keys or {}
         self.outage: str | None = None
         self.bar = tqdm(total=total, unit="cell", desc="bench", file=sys.stderr, disable=quiet, dynamic_ncols=True)
         self.results = os.open(out / "results.jsonl", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
 
-    def __call__(self, cell: CellSpec, result: CellResult) -> None:
+    def __call__(self, cell: CellSpec, result: CellResult, *, served: bool = False) -> None:
         validate(result.row, "result-row", f"row of cell {cell.name}")
+        if not served and self.store is not None and cell.name in self.keys:
+            k, mat = self.keys[cell.name]
+            self.stored += self.store.put(k, mat, result)  # before anything else: a kill after this loses nothing
         with self.lock:
             for rel, data in result.artifacts.items():
                 (self.out / rel).parent.mkdir(parents=True, exist_ok=True)
@@ -128,6 +134,7 @@ class _Writer:
             os.write(self.results, canonical_json(result.row) + b"\n")
             os.fsync(self.results)
             self.rows.append(result.row)
+            self.served += served
             self.failures += not result.row["resolved"]
             self.consecutive = self.consecutive + 1 if result.row["error_kind"] in SYSTEMIC_ERROR_KINDS else 0
             if self.max_consecutive and self.consecutive >= self.max_consecutive and self.outage is None:
@@ -135,7 +142,7 @@ class _Writer:
                                f"{result.row['error_kind']}: {(result.row['error_detail'] or '')[-200:]})")
                 if self.cancel is not None:
                     self.cancel.set()
-            self.bar.set_postfix(unresolved=self.failures, refresh=False)
+            self.bar.set_postfix(unresolved=self.failures, served=self.served, refresh=False)
             self.bar.update(1)
 
     def close(self) -> None:
@@ -213,12 +220,82 @@ def _executor(params: Params, credential: models.Credential | None) -> Executor:
     return LocalExecutor(params.bench.workers, credential)
 
 
-def run_side(p: SidePlan, params: Params, out: Path, *, executor: Executor | None = None, quiet: bool = False,
-             scratch_root: Path | None = None) -> list[dict[str, Any]]:
-    if out.exists() and (out.is_symlink() or not out.is_dir() or any(out.iterdir())):
+PARTIAL = ".partial"  # marks a side directory that holds what an interrupted bench finished, never a result
+
+
+def _staging(out: Path) -> Path:
+    """A private directory beside `out` where this bench writes; only a whole side is renamed to `out`, so a
+    bench killed (or orphaned by a killed `dvc`) never leaves a directory mixed from two runs. Staging
+    directories of benches that are gone are removed first."""
+    if out.exists() and (out.is_symlink() or not out.is_dir() or
+                         (any(out.iterdir()) and not (out / PARTIAL).is_file())):
         raise BadInput(f"{out}: not an empty directory; remove it or choose another --out (a side is written once)")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    for old in out.parent.glob(f".{out.name}.staging-*"):
+        pid = old.name.rsplit("-", 1)[1]
+        if pid.isdigit() and not Path(f"/proc/{pid}").exists():
+            safefs.remove_tree(old)
+    staging = out.parent / f".{out.name}.staging-{os.getpid()}"
+    safefs.remove_tree(staging)
+    staging.mkdir()
+    return staging
+
+
+def _publish(staging: Path, out: Path, partial: bool) -> None:
+    """Rename the staging directory to `out`: a finished side, or (marked) what a failed one kept. `out` may be
+    replaced only while it is empty or another bench's partial output."""
+    if partial:
+        safefs.create_at(None, staging / PARTIAL, b"an interrupted or failed bench: not a result\n")
+    if out.exists() and not out.is_symlink() and out.is_dir():
+        if (out / PARTIAL).is_file():
+            safefs.remove_tree(out)
+        elif not any(out.iterdir()):
+            out.rmdir()
+    try:
+        os.rename(staging, out)
+    except OSError:
+        if not partial:
+            raise BadInput(f"{out}: another bench wrote it meanwhile; refusing to mix two runs (rule: a side is "
+                           "written once)") from None
+        safefs.remove_tree(staging)  # the other bench's output stays; our rows are in the cell store
+        return
+    safefs.fsync_dir(out.parent)
+
+
+def store_context(params: Params, p: SidePlan, noise: Noise | None) -> cellstore.Context:
+    """What every cell key of this side shares (skillevo.cellstore)."""
+    simulated = None
+    if noise is not None:
+        books = safefs.read_tree(p.tasks_file.parent / "playbooks", max_file_bytes=4 << 20, max_total_bytes=32 << 20,
+                                 what="playbook")
+        simulated = {**noise.provenance(), "playbooks": framed_digest(books.items())}
+    return cellstore.Context(harness.digest(), params.sampling.replicate, simulated)
+
+
+def _serve(store: cellstore.Store | None, cells: list[CellSpec], ctx: cellstore.Context, max_age_days: float,
+           quiet: bool) -> tuple[dict[str, tuple[str, dict[str, Any]]], list[tuple[CellSpec, CellResult]]]:
+    """Each cell's key, and the cells the store can serve (a damaged or expired entry is paid again, and said)."""
+    keys, served = {}, []
+    for cell in cells:
+        mat = cellstore.material(cell, ctx)
+        keys[cell.name] = (sha256_json(mat), mat)
+        if store is None:
+            continue
+        try:
+            served.append((cell, store.serve(cell, ctx, max_age_days)))
+        except cellstore.Miss as e:
+            if str(e) != "not stored" and not quiet:
+                print(f"bench: not served: {e}", file=sys.stderr)
+    return keys, served
+
+
+def run_side(p: SidePlan, params: Params, out: Path, *, executor: Executor | None = None, quiet: bool = False,
+             scratch_root: Path | None = None, store: Path | None = None) -> list[dict[str, Any]]:
+    """Run the side into `out`. With a cell `store`, cells stored there are served instead of paid for, and every
+    paid cell that measured something is stored as it ends."""
     sandbox.preflight()
     cli.locate()
+    cells_store = cellstore.Store(store) if store is not None else None
     with ExitStack() as stack:
         scratch = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="skillevo-bench-", dir=scratch_root)))
         _check_headroom(scratch, params.bench)
@@ -231,34 +308,49 @@ def run_side(p: SidePlan, params: Params, out: Path, *, executor: Executor | Non
         models.check_reachable(mdl)
         runner = executor or _executor(params, credential)
         cells = build_cells(p, params.bench, mdl, scratch)
-        out.mkdir(parents=True, exist_ok=True)
+        keys, served = _serve(cells_store, cells, store_context(params, p, noise), params.gate.max_age_days, quiet)
+        staging = _staging(out)
+        stack.callback(safefs.remove_tree, staging)  # renamed away on every path that keeps it
+        served_names = {cell.name for cell, _ in served}
         with _cancel_on_signals() as cancel:
-            writer = _Writer(out, len(cells), quiet, cancel, params.bench.max_consecutive_failures)
+            writer = _Writer(staging, len(cells), quiet, cancel, params.bench.max_consecutive_failures, cells_store,
+                             keys)
             try:
-                runner.run(cells, writer, cancel)
+                for cell, result in served:
+                    writer(cell, result, served=True)
+                runner.run([c for c in cells if c.name not in served_names], writer, cancel)
             finally:
                 writer.close()
-            kept = f"{len(writer.rows)} of {len(cells)} cells finished and were kept in {out / 'results.jsonl'}"
+            kept = (f"{len(writer.rows)} of {len(cells)} cells finished ({writer.served} served from the cell store, "
+                    f"{writer.stored} newly stored{'' if cells_store else '; no cell store'}); what they measured is "
+                    f"in {out / 'results.jsonl'}")
             if writer.outage:
+                _publish(staging, out, partial=True)
                 raise Outage(f"{writer.outage}: the side stops (params bench.max_consecutive_failures); {kept}; "
                              "run it again when the endpoint answers")
             if cancel.is_set():
+                _publish(staging, out, partial=True)
                 raise Interrupted(kept)
-    excluded = sum(r["error_kind"] in EXCLUDED_ERROR_KINDS for r in writer.rows)
-    if writer.rows and 100 * excluded / len(writer.rows) > params.bench.max_excluded_pct:
-        raise Outage(f"{excluded} of {len(writer.rows)} rows were excluded as harness or API faults, over params "
-                     f"bench.max_excluded_pct {params.bench.max_excluded_pct:g}%: the side fails, so that DVC "
-                     f"never caches an outage as a result; rows kept in {out / 'results.jsonl'}")
-    rows = sorted(writer.rows, key=lambda r: (r["task"], r["arm"], r["run"]))
-    safefs.write_atomic(out / "results.jsonl", b"".join(canonical_json(r) + b"\n" for r in rows))
-    provenance = {
-        "schema_version": 1, "side": p.side, "model": models.binding(params.model), "effort": mdl.effort,
-        "runs": p.runs, "arms": [a.describe() for a in p.arms], "task_bindings": [t.binding for t in p.tasks],
-        "skipped_tasks": p.skipped, "task_split": p.split.to_dict(), "overlay_digest": p.overlay_digest, "skills_digest": p.skills_digest,
-        "served_models": served_models(rows), "limits": params.bench.limits.enforced(), "cells": len(cells),
-        "rows": len(rows), "simulator": noise.provenance() if noise else None, "replicate": params.sampling.replicate,
-    }
-    validate(provenance, "bench-run", out / "bench.json")
-    safefs.write_atomic(out / "bench.json", documents.dump_json(provenance))
-    write_report(out / "report.md", provenance, rows)
+        excluded = sum(r["error_kind"] in EXCLUDED_ERROR_KINDS for r in writer.rows)
+        if writer.rows and 100 * excluded / len(writer.rows) > params.bench.max_excluded_pct:
+            _publish(staging, out, partial=True)
+            raise Outage(f"{excluded} of {len(writer.rows)} rows were excluded as harness or API faults, over params "
+                         f"bench.max_excluded_pct {params.bench.max_excluded_pct:g}%: the side fails, so that DVC "
+                         f"never caches an outage as a result; rows kept in {out / 'results.jsonl'}")
+        rows = sorted(writer.rows, key=lambda r: (r["task"], r["arm"], r["run"]))
+        safefs.write_atomic(staging / "results.jsonl", b"".join(canonical_json(r) + b"\n" for r in rows))
+        provenance = {
+            "schema_version": 1, "side": p.side, "model": models.binding(params.model), "effort": mdl.effort,
+            "runs": p.runs, "arms": [a.describe() for a in p.arms], "task_bindings": [t.binding for t in p.tasks],
+            "skipped_tasks": p.skipped, "task_split": p.split.to_dict(), "overlay_digest": p.overlay_digest,
+            "skills_digest": p.skills_digest, "served_models": served_models(rows),
+            "limits": params.bench.limits.enforced(), "cells": len(cells), "rows": len(rows),
+            "simulator": noise.provenance() if noise else None, "replicate": params.sampling.replicate,
+            "cell_store": None if cells_store is None else {"served": writer.served, "paid": len(rows) - writer.served,
+                                                            "stored": writer.stored},
+        }
+        validate(provenance, "bench-run", out / "bench.json")
+        safefs.write_atomic(staging / "bench.json", documents.dump_json(provenance))
+        write_report(staging / "report.md", provenance, rows)
+        _publish(staging, out, partial=False)
     return rows

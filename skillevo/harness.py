@@ -1,0 +1,124 @@
+"""What the harness is: the code a bench stage runs and the outside tools a cell's outcome depends on.
+
+Two owners rely on this one account. dvc.yaml's code dependencies must be exactly a stage script's import
+closure (tests/test_dvc_yaml.py compares them), and the cell store keys every cell on a digest of the bench's
+closure and tool versions, so that a cell measured by an older (perhaps weaker) harness is never served after
+the harness changes.
+"""
+
+from __future__ import annotations
+
+import ast
+import functools
+import subprocess
+from pathlib import Path
+
+from skillevo.digests import framed_digest, sha256_json
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGES = ("skillevo", "stages")
+BENCH_SCRIPT = "stages/bench.py"
+# Files a module reads at run time besides its imports.
+DATA = {
+    "skillevo/schemas.py": {"schemas"},  # every schema is in the registry (schemas refer to each other)
+    "skillevo/sandbox/__init__.py": {"skillevo/sandbox/launch.sh"},
+    "skillevo/bench/checks.py": {"skillevo/bench/pyboot/sitecustomize.py", "skillevo/bench/pyboot/pytest.ini"},
+}
+# What runs inside or around every cell besides our code: the sandbox, the relay, the checks' interpreter and test
+# runner, and the workspace's git. Each is asked for its own version (first line of output).
+TOOLS = {
+    "bwrap": ["bwrap", "--version"],
+    "socat": ["socat", "-V"],
+    "git": ["git", "--version"],
+    "python3": ["/usr/bin/python3", "--version"],
+    "pytest": ["/usr/bin/python3", "-m", "pytest", "--version"],
+}
+
+
+def _module_file(name: str) -> Path | None:
+    path = ROOT.joinpath(*name.split("."))
+    if path.with_suffix(".py").is_file():
+        return path.with_suffix(".py")
+    if (path / "__init__.py").is_file():
+        return path / "__init__.py"
+    return None
+
+
+def _imports(path: Path) -> set[str]:
+    names = set()
+    package = ".".join(path.relative_to(ROOT).with_suffix("").parts)
+    if path.name == "__init__.py":
+        package = package.removesuffix(".__init__")
+    else:
+        package = package.rpartition(".")[0]
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parts = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join([*parts, base] if base else parts)
+            names.add(base)
+            names.update(f"{base}.{alias.name}" for alias in node.names)
+    return {n for n in names if n.split(".")[0] in PACKAGES}
+
+
+def closure(script: str) -> set[str]:
+    """Repo-relative files a stage script runs: its modules (every `import`, also those inside functions), their
+    packages' __init__.py, and the data files they load."""
+    todo, seen = [ROOT / script], set()
+    while todo:
+        path = todo.pop()
+        if path in seen:
+            continue
+        seen.add(path)
+        rel = path.relative_to(ROOT)
+        for parent in rel.parents:
+            init = ROOT / parent / "__init__.py"
+            if parent != Path(".") and init.is_file() and init not in seen:
+                todo.append(init)
+        for name in _imports(path):
+            found = _module_file(name)
+            if found is not None:
+                todo.append(found)
+    files = {p.relative_to(ROOT).as_posix() for p in seen}
+    return files | {d for f in files for d in DATA.get(f, ())}
+
+
+def _files(rels: set[str]) -> list[tuple[str, bytes]]:
+    out = []
+    for rel in sorted(rels):
+        path = ROOT / rel
+        paths = sorted(p for p in path.rglob("*") if p.is_file() and "__pycache__" not in p.parts) if path.is_dir() \
+            else [path]
+        out += [(p.relative_to(ROOT).as_posix(), p.read_bytes()) for p in paths]
+    return out
+
+
+def _version(argv: list[str]) -> str:
+    try:
+        done = subprocess.run(argv, capture_output=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        return f"unavailable: {type(e).__name__}"
+    text = (done.stdout or done.stderr).decode(errors="replace").strip().splitlines()
+    return text[0] if text else f"exit {done.returncode}"
+
+
+@functools.cache
+def tool_versions() -> dict[str, str]:
+    return {name: _version(argv) for name, argv in TOOLS.items()}
+
+
+@functools.cache
+def code_digest(script: str = BENCH_SCRIPT) -> str:
+    return framed_digest(_files(closure(script)))
+
+
+def identity() -> dict[str, str]:
+    """The bench harness as the cell store keys it: its code's digest and the tools' versions."""
+    return {"code": code_digest(), **tool_versions()}
+
+
+def digest() -> str:
+    return sha256_json(identity())
