@@ -15,7 +15,7 @@ export PATH := $(abspath $(VENV))/bin:$(PATH)
 export SKILLEVO_CLAUDE := $(abspath $(CLAUDE_BIN))
 export DVC_NO_ANALYTICS := 1
 
-.PHONY: setup system-packages demo repro apply revert evolve report push pull session-demo test bench-session bench-cells bench-pipeline gate-study demo-seeds plots modes clean
+.PHONY: setup system-packages demo repro apply revert evolve report push pull gc session-demo test bench-session bench-cells bench-pipeline gate-study demo-seeds plots modes clean
 setup: system-packages $(INSTALLED) $(CLAUDE_BIN)
 
 # bwrap, socat (the model relay and Claude's inner sandbox), git, and Debian's python3 with pytest (what
@@ -92,11 +92,18 @@ $(VEGA)/.installed:
 modes: setup
 	$(PY) -m skillevo.modes --write
 
+# Outputs, the run-cache and the cell store (docs/cell-store.md), all to the default DVC remote.
 push: setup
 	$(DVC) push --run-cache
+	$(PY) -m skillevo.cellstore push
 
 pull: setup
-	$(DVC) pull --run-cache
+	@status=0; $(DVC) pull --run-cache || status=$$?; $(PY) -m skillevo.cellstore pull && exit $$status
+
+# Free DVC's cache and the cell store of what can never be served again; unlike `dvc gc -w`, no run-cache entry
+# is left pointing at a deleted object (skillevo/cachegc.py). DRY_RUN=1 only says what it would remove.
+gc: setup
+	$(PY) -m skillevo.cachegc $(if $(DRY_RUN),--dry-run)
 
 # A single sandboxed session against the simulator, for a quick check of the machine.
 session-demo: setup
