@@ -12,7 +12,9 @@ import math
 import os
 import re
 import shutil
+import signal
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -20,6 +22,7 @@ import yaml
 
 from skillevo import config
 from tests.bench_fixtures import ROOT
+from tests.conftest import cmdline
 
 pytestmark = [pytest.mark.cli, pytest.mark.bwrap]
 WASTEFUL = "Read every module of the package end to end before editing"
@@ -119,6 +122,78 @@ def test_changing_only_a_gate_threshold_reruns_no_bench(demo, key, value, rerun)
         params_file.write_text(original)
     out = run([DVC, "repro"], demo["clone"])  # back to the recorded params: served by the run-cache
     assert "Stage 'gate' is cached" in out and ran(out) <= {"preflight"}  # restored, not re-run
+
+
+@pytest.mark.parametrize("key, value", [("workers", 1), ("executor", "ray"), ("ray_max_retries", 5),
+                                        ("max_consecutive_failures", 3), ("max_excluded_pct", 50)])
+def test_changing_how_cells_run_reruns_nothing(demo, key, value):
+    """Workers, the executor, Ray and the outage breaker change how a bench runs, never what a cell measures."""
+    params_file = demo["clone"] / "params.yaml"
+    original = params_file.read_text()
+    config.set_value(params_file, "bench", key, value)
+    try:
+        out = run([DVC, "repro"], demo["clone"])
+        assert ran(out) == set() and "Data and pipelines are up to date" in out
+    finally:
+        params_file.write_text(original)
+
+
+def _store_keys(clone: Path) -> set[str]:
+    return {p.name for p in (clone / ".skillevo/cells/v1").glob("*/*.json.gz")}
+
+
+def _wait_gone(marker: str, timeout: float = 90) -> None:
+    from tests.conftest import carrying
+
+    deadline = time.monotonic() + timeout
+    while carrying(marker) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not carrying(marker), "a process of the killed repro outlived it"
+
+
+@pytest.mark.parametrize("victim", ["stage", "dvc"])
+def test_a_bench_killed_with_its_stage_or_its_dvc_resumes_paying_for_no_finished_cell(demo, tmp_path, victim):
+    from tests.conftest import process_tree
+
+    clone = tmp_path / "clone"
+    shutil.copytree(demo["clone"], clone, symlinks=True)
+    config.set_value(clone / "params.yaml", "sampling", "runs", 6)  # runs 1-5 are stored: only run 6 is new
+    before = _store_keys(clone)
+    proc = subprocess.Popen([DVC, "repro", "bench@incumbent"], cwd=clone, env=_env(), stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, start_new_session=True)
+    deadline = time.monotonic() + 300
+    while len(_store_keys(clone) - before) < 3 and time.monotonic() < deadline:
+        assert proc.poll() is None, "the repro ended before it could be killed"
+        time.sleep(0.05)
+    if victim == "dvc":
+        os.kill(proc.pid, signal.SIGKILL)  # the stage learns it through PR_SET_PDEATHSIG and stops
+    else:
+        stage = [pid for pid in process_tree({proc.pid}) if "stages.bench" in cmdline(pid)]
+        os.kill(min(stage), signal.SIGKILL)
+    proc.wait(120)
+    _wait_gone(str(clone))
+    finished = _store_keys(clone) - before
+    side = clone / "results/bench-incumbent"
+    assert not (side / "bench.json").exists()  # never a side that looks whole; at most the marked partial
+    assert not side.exists() or (side / ".partial").is_file()
+    assert "bench@incumbent" in run([DVC, "status"], clone)  # not cached: the stage never succeeded
+    out = run([DVC, "repro", "bench@incumbent"], clone)
+    assert "bench@incumbent" in ran(out)
+    bench = json.loads((side / "bench.json").read_text())
+    total = 4 * 3 * 6  # tasks x arms x runs
+    assert bench["cell_store"]["paid"] == 4 * 3 - len(finished)  # only run 6's unfinished cells
+    assert bench["cell_store"]["served"] == total - bench["cell_store"]["paid"]
+    rows = [json.loads(line) for line in (side / "results.jsonl").read_text().splitlines()]
+    assert len(rows) == total == len({(r["task"], r["arm"], r["run"]) for r in rows})
+    assert not list(side.parent.glob(".bench-incumbent.staging-*"))
+    assert "bench@incumbent" not in run([DVC, "status"], clone)
+    # make gc, then the configuration DVC recorded before: served by the run-cache, nothing runs or is paid
+    config.set_value(clone / "params.yaml", "sampling", "runs", 5)
+    assert ran(run([DVC, "repro"], clone)) <= {"preflight"}
+    assert "removed" in make(clone, "gc")
+    config.set_value(clone / "params.yaml", "sampling", "runs", 6)
+    out = run([DVC, "repro", "bench@incumbent"], clone)
+    assert ran(out) == set() and "Stage 'bench@incumbent' is cached" in out
 
 
 def _reproduce_elsewhere(demo: dict, dest: Path, remote_setup: list[list[str]], **env: str) -> tuple[str, int]:
