@@ -151,6 +151,7 @@ def _wait_gone(marker: str, timeout: float = 90) -> None:
     assert not carrying(marker), "a process of the killed repro outlived it"
 
 
+@pytest.mark.timeout(900)  # the module's demo may be built inside the first test that asks for it
 @pytest.mark.parametrize("victim", ["stage", "dvc"])
 def test_a_bench_killed_with_its_stage_or_its_dvc_resumes_paying_for_no_finished_cell(demo, tmp_path, victim):
     from tests.conftest import process_tree
