@@ -114,8 +114,9 @@ def test_supporting_files_need_params(repo, tmp_path):  # noqa: F811
     with pytest.raises(BadInput, match=r"work/references/api\.md: has no incumbent .*supporting-files lets"):
         _freeze(repo, new)
     config.set_value(repo / "params.yaml", "propose", "allow", ["supporting-files"])
-    with pytest.raises(BadInput, match=r"work/references/api\.md: a new file; apply can only replace committed"):
-        _freeze(repo, new)  # allowed by the overlay rules, not yet bindable by freeze
+    manifest = _freeze(repo, new)  # bound absent: apply creates it (tests/test_apply.py)
+    assert manifest["destinations"] == dict.fromkeys([".claude/skills/work/references/api.md",
+                                                      "skills/work/references/api.md"])
 
 
 def test_apply_writes_the_execute_bit_and_revert_restores_the_mode(tmp_path):
