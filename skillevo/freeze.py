@@ -2,13 +2,15 @@
 
 The manifest is what the candidate bench, the gate and apply trust: the overlay digest, the candidate arms it
 requires, and the committed sha256 of every file an apply would replace (the canonical skill file and its
-copy in every mirror). A mirror is a byte copy of the canonical family: one that has drifted was never
-measured, so freeze refuses it rather than let apply overwrite it.
+copy in every mirror), or, for a file the overlay adds, that nothing is there at HEAD or in the working tree
+(null): apply creates it only where nothing is. A mirror is a byte copy of the canonical family: one that has
+drifted was never measured, so freeze refuses it rather than let apply overwrite it.
 """
 
 from __future__ import annotations
 
 import os
+import stat
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -23,12 +25,16 @@ from skillevo.schemas import validate
 
 MANIFEST = "manifest.json"
 OVERLAY = "overlay"
+ABSENT_RULE = "(rule: a new file's destinations are absent at HEAD and in the working tree)"
+
+
+def _git(repo: Path, *args: str) -> subprocess.CompletedProcess[bytes]:
+    return subprocess.run(["git", "-c", "core.fsmonitor=false", "-C", str(repo), *args], capture_output=True)
 
 
 def committed_modes(repo: Path, paths: list[str]) -> dict[str, str]:
     """Each path's mode as HEAD records it (100644, 100755); the working tree's execute bit must agree."""
-    listed = subprocess.run(["git", "-c", "core.fsmonitor=false", "-C", str(repo), "ls-tree", "-z", "HEAD", "--", *paths],
-                            capture_output=True)
+    listed = _git(repo, "ls-tree", "-z", "HEAD", "--", *paths)
     if listed.returncode != 0:
         raise BrokenEnvironment(f"git ls-tree failed in {repo}: {listed.stderr.decode(errors='replace').strip()}")
     modes = {}
@@ -48,10 +54,12 @@ def committed_digests(repo: Path, paths: list[str]) -> dict[str, str]:
     """sha256 of each path's committed bytes at HEAD, which must equal the working tree's."""
     out = {}
     for path in paths:
-        shown = subprocess.run(["git", "-c", "core.fsmonitor=false", "-C", str(repo), "show", f"HEAD:{path}"],
-                               capture_output=True)
+        shown = _git(repo, "show", f"HEAD:{path}")
         if shown.returncode != 0:
-            raise BadInput(f"{repo / path}: has no committed base at HEAD (rule: apply replaces committed files only)")
+            hint = ("an uncommitted file: commit it or move it aside" if os.path.lexists(repo / path) else
+                    "and it does not exist: a mirror without it? sync the mirror and commit")
+            raise BadInput(f"{repo / path}: has no committed base at HEAD ({hint}) (rule: apply replaces committed "
+                           "files only)")
         live = safefs.read_below(repo, path, max_bytes=layout.MAX_SKILL_FILE_BYTES, what="destination")
         if live != shown.stdout:
             raise BadInput(f"{repo / path}: differs from its committed bytes; commit or restore it first "
@@ -60,8 +68,47 @@ def committed_digests(repo: Path, paths: list[str]) -> dict[str, str]:
     return out
 
 
-def _check_mirrors(files: dict[str, bytes], digests: dict[str, str], modes: dict[str, str], params: Params) -> None:
-    for rel in sorted(files):
+def absent_destinations(repo: Path, paths: list[str]) -> list[str]:
+    """`paths` (where apply would create the overlay's new files), each with nothing at HEAD and nothing in the
+    working tree: an untracked or ignored file, a directory or a symlink there, or a symlink or file in place
+    of a directory on the way, would be overwritten or followed by a create, and was never measured."""
+    if not paths:
+        return paths
+    listed = _git(repo, "ls-tree", "-z", "--name-only", "HEAD", "--", *paths)
+    if listed.returncode != 0:
+        raise BrokenEnvironment(f"git ls-tree failed in {repo}: {listed.stderr.decode(errors='replace').strip()}")
+    at_head = {entry.decode() for entry in listed.stdout.split(b"\0") if entry}
+    for path in paths:
+        if path in at_head:
+            raise BadInput(f"{repo / path}: is committed at HEAD, yet the overlay adds it as a new file (it is missing "
+                           "from the canonical skill, or a mirror holds a file the canonical skill lacks); commit or "
+                           f"restore the skills first {ABSENT_RULE}")
+        parts = safefs.plain_parts(path, str(repo / path))
+        try:
+            fd, found = safefs.open_existing_below(repo, parts[:-1], str(repo))
+        except BadInput as e:
+            raise BadInput(f"{repo}/{e}; a new file is created only below plain directories {ABSENT_RULE}") from None
+        try:
+            st = os.lstat(parts[-1], dir_fd=fd) if found == len(parts) - 1 else None
+        except FileNotFoundError:
+            st = None
+        finally:
+            os.close(fd)
+        if st is None:
+            continue
+        if stat.S_ISLNK(st.st_mode) or stat.S_ISDIR(st.st_mode):
+            kind = "a symlink" if stat.S_ISLNK(st.st_mode) else "a directory"
+        elif _git(repo, "check-ignore", "-q", "--", path).returncode == 0:
+            kind = "a file git ignores"
+        else:
+            kind = "a file that is not committed"
+        raise BadInput(f"{repo / path}: is {kind}, where the overlay adds a new file; apply never overwrites it: "
+                       f"move it aside {ABSENT_RULE}")
+    return paths
+
+
+def _check_mirrors(rels: list[str], digests: dict[str, str], modes: dict[str, str], params: Params) -> None:
+    for rel in rels:
         canonical = (digests[f"{params.skills.skills}/{rel}"], modes[f"{params.skills.skills}/{rel}"])
         for mirror in params.skills.mirrors:
             if (digests[f"{mirror}/{rel}"], modes[f"{mirror}/{rel}"]) != canonical:
@@ -95,19 +142,23 @@ def freeze(overlay_dir: Path, *, params: Params, tasks_file: Path, repo: Path, o
     if not required:
         raise BadInput(f"{overlay_dir}: no arm uses the skills this overlay touches (rule: required arms)")
     model = proposer_model(session) if session is not None else None
-    for rel in sorted(set(files) - set(family)):
-        raise BadInput(f"{overlay_dir / rel}: a new file; apply can only replace committed files, so freeze cannot "
-                       "bind it yet (rule: replacements only at freeze)")
-    destinations = layout.destinations(set(files), params.skills.roots)
-    digests = committed_digests(repo, destinations)
-    _check_mirrors(files, digests, committed_modes(repo, destinations), params)
+    def canonical_first(rels: set[str]) -> list[str]:  # a refusal names the canonical file when both are wrong
+        return [path for root in params.skills.roots for path in layout.destinations(rels, (root,))]
+
+    replaced, new = set(files) & set(family), set(files) - set(family)
+    # a new file goes into a skill every mirror carries as a copy: its SKILL.md is checked like a replaced file
+    carried = replaced | {f"{layout.skill_of(rel)}/{layout.SKILL_FILE}" for rel in new}
+    committed = committed_digests(repo, canonical_first(carried))
+    _check_mirrors(sorted(carried), committed, committed_modes(repo, list(committed)), params)
+    digests: dict[str, str | None] = {path: committed[path] for path in canonical_first(replaced)}
+    digests.update(dict.fromkeys(absent_destinations(repo, canonical_first(new))))
     manifest = {
         "schema_version": 1,
         "overlay_digest": layout.tree_digest(files, executables),
         "files": [{"path": rel, "sha256": sha256_bytes(data), "size": len(data), "executable": rel in executables}
                   for rel, data in sorted(files.items())],
         "required_candidate_arms": [a.name for a in required],
-        "destinations": digests,
+        "destinations": dict(sorted(digests.items())),
         "candidate_origin": "proposer" if session is not None else "hand-written",
         "proposer_model": model,
         "evolvable_skills": sorted(evolvable),

@@ -29,7 +29,8 @@ class ProposalRefused(BadInput):
 
 
 SCOPE = {
-    overlay.SUPPORTING_FILES: "replace other files of an evolvable skill (references, data) that are not scripts",
+    overlay.SUPPORTING_FILES: ("replace other files of an evolvable skill (references, data) that are not scripts, "
+                               "and add new files inside it"),
     overlay.SCRIPTS: "edit a script (a file with an execute bit) or change an execute bit",
 }
 
@@ -39,7 +40,10 @@ def render_prompt(template_path: Path, evolvable: list[str], max_changed_lines: 
     """The proposer's prompt, stating exactly what params propose.allow lets this overlay do."""
     template = safefs.read_text(template_path, max_bytes=MAX_PROMPT_BYTES, what="proposer prompt template")
     allowed = "; ".join(["replace Markdown files of an evolvable skill"] + [SCOPE[a] for a in sorted(SCOPE) if a in allow])
-    allowed += ". Adding a new file is not possible (apply replaces committed files only)."
+    if overlay.SUPPORTING_FILES not in allow:
+        allowed += ". Adding a new file is not possible (params propose.allow does not list supporting-files)."
+    else:
+        allowed += "." if overlay.SCRIPTS in allow else ". A new file may not carry an execute bit."
     keys = ", ".join(sorted(frontmatter.PRIVILEGED))
     privileged = (f"You may change the frontmatter keys {keys} (params allow it)." if overlay.PRIVILEGED_FRONTMATTER
                   in allow else f"Do not add, change or remove the frontmatter keys {keys}.")

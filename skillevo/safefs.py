@@ -91,6 +91,17 @@ def open_dir_below(root: str | Path | int, parts: list[str], where: str) -> int:
 
     `root` is a path or an fd the caller holds (it stays open). Refusals name `<where>/<component>`.
     """
+    fd, found = open_existing_below(root, parts, where)
+    if found < len(parts):
+        os.close(fd)
+        raise BadInput(f"{'/'.join(parts[: found + 1])}: does not exist (under {where})")
+    return fd
+
+
+def open_existing_below(root: str | Path | int, parts: list[str], where: str) -> tuple[int, int]:
+    """open_dir_below as far as the directories exist: an fd of the deepest existing one and how many components
+    it took. A missing component ends the walk (a caller that will create the rest decides); a symlink or a
+    non-directory on the way is still BadInput."""
     fd = os.dup(root) if isinstance(root, int) else os.open(root, DIR_FLAGS)
     try:
         for i, part in enumerate(parts):
@@ -100,7 +111,7 @@ def open_dir_below(root: str | Path | int, parts: list[str], where: str) -> int:
             try:
                 st = os.lstat(part, dir_fd=fd)
             except FileNotFoundError:
-                raise BadInput(f"{sub}: does not exist (under {where})") from None
+                return fd, i
             if not stat.S_ISDIR(st.st_mode):
                 raise BadInput(f"{sub}: {_kind(st) if stat.S_ISLNK(st.st_mode) else 'is not a directory'}")
             child = os.open(part, DIR_FLAGS, dir_fd=fd)
@@ -109,7 +120,7 @@ def open_dir_below(root: str | Path | int, parts: list[str], where: str) -> int:
     except BaseException:
         os.close(fd)
         raise
-    return fd
+    return fd, len(parts)
 
 
 def read_below(root: str | Path, rel: str, *, max_bytes: int, what: str = "file") -> bytes:

@@ -38,6 +38,13 @@ OVERLAY = {
     "work/SKILL.md": b"---\nname: work\ndescription: Carry out a coding task in this repository.\n---\n# Work\n\nDo the work. Run the tests once, in the foreground.\n",
 }
 DESTINATIONS = sorted(f"{root}/{rel}" for root in ROOTS for rel in OVERLAY)
+# A candidate that also adds a reference file in a directory the skill does not have yet (params propose.allow:
+# supporting-files): apply replaces four files and creates two, and the two directories they go in.
+REFERENCE = "work/reference/checklist.md"
+REFERENCE_BYTES = b"# Checklist\n\n- Run the tests once, in the foreground.\n- Read the failing test before editing.\n"
+CREATING = {**OVERLAY, REFERENCE: REFERENCE_BYTES}
+CREATED = sorted(f"{root}/{REFERENCE}" for root in ROOTS)
+CREATED_DIRS = sorted(f"{root}/work/reference" for root in ROOTS)
 
 # Per-run cost of each task (make_mini's tasks) on each side.
 INCUMBENT_COSTS = {"greet": [1.0, 1.1, 0.9], "cheat": [2.0, 2.0, 2.0]}
@@ -67,6 +74,22 @@ def skill_file(destination: str) -> str:
     """`<root>/<skill>/<rest>` -> `<skill>/<rest>`."""
     root = next(r for r in ROOTS if destination.startswith(r + "/"))
     return destination.removeprefix(root + "/")
+
+
+def tree_of(repo: Path) -> dict[str, object]:
+    """Every entry below the skill roots, as exactly as a test can compare it: a file as (bytes, mode), a
+    directory as ("dir", mode), a symlink as ("link", target)."""
+    entries: dict[str, object] = {}
+    for root in ROOTS:
+        for path in sorted((repo / root).rglob("*")):
+            rel, st = path.relative_to(repo).as_posix(), path.lstat()
+            if path.is_symlink():
+                entries[rel] = ("link", os.readlink(path))
+            elif path.is_dir():
+                entries[rel] = ("dir", st.st_mode & 0o7777)
+            else:
+                entries[rel] = (path.read_bytes(), st.st_mode & 0o7777)
+    return entries
 
 
 def _md5(data: bytes) -> str:
@@ -122,6 +145,9 @@ class Pipeline:
     def leftovers(self) -> list[str]:
         """Temp files apply left beside a destination."""
         return sorted(str(p.relative_to(self.repo)) for root in ROOTS for p in (self.repo / root).rglob(".skillevo-*"))
+
+    def tree(self) -> dict[str, object]:
+        return tree_of(self.repo)
 
     def records(self) -> list[Path]:
         return sorted(self.paths.state_dir.glob("recovery-*.json"))

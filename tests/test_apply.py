@@ -11,6 +11,7 @@ from __future__ import annotations
 import errno
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -35,15 +36,21 @@ from skillevo.gate.promotion import recompute_decisions
 from stages import apply as stage
 from tests.apply_fixtures import (
     APPLY_AT,
+    CREATED,
+    CREATED_DIRS,
+    CREATING,
     DESTINATIONS,
     GATE,
     KEEPING,
     MODEL_NAME,
     NOW,
     ORIGINAL,
+    OVERLAY,
+    REFERENCE_BYTES,
     Pipeline,
     git,
     make_pipeline,
+    skill_file,
 )
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -646,3 +653,284 @@ def test_outside_a_git_repository_the_diff_is_skipped(pipe: Pipeline):
     shutil.rmtree(pipe.repo / ".git")
     assert "no diff shown" in run(pipe).summary()
     assert_clean(pipe, pipe.applied())
+
+
+# --- new files (params propose.allow: supporting-files): created where nothing is, removed by rollback and revert ---
+
+
+@pytest.fixture
+def creating(tmp_path: Path) -> Pipeline:
+    """Four replacements and two creations (a reference file in a directory neither root has yet)."""
+    return make_pipeline(tmp_path, overlay=CREATING, allow=("supporting-files",))
+
+
+def _as_applied(before: dict[str, object]) -> dict[str, object]:
+    """The tree `before` as a successful apply of CREATING leaves it."""
+    after = {**before, **{rel: (OVERLAY[skill_file(rel)], before[rel][1]) for rel in DESTINATIONS}}
+    after.update({rel: ("dir", 0o755 & ~_umask()) for rel in CREATED_DIRS})
+    after.update({rel: (REFERENCE_BYTES, 0o644) for rel in CREATED})
+    return after
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def test_a_new_reference_file_is_created_in_every_root_and_revert_removes_it(creating: Pipeline):
+    pipe = creating
+    assert {rel: pipe.manifest["destinations"][rel] for rel in CREATED} == dict.fromkeys(CREATED)  # bound absent
+    before = pipe.tree()
+    assert not any(os.path.lexists(pipe.repo / rel) for rel in CREATED_DIRS)
+
+    outcome = run(pipe)
+
+    assert pipe.tree() == _as_applied(before)
+    assert pipe.leftovers() == [] and pipe.records() == []
+    receipt = json.loads(pipe.paths.receipt.read_text())
+    assert receipt["swap"] == "renameat2-exchange+noreplace"
+    assert receipt["created_dirs"] == CREATED_DIRS
+    created = [f for f in receipt["files"] if f["path"] in CREATED]
+    assert created == [{"path": rel, "before_sha256": None, "after_sha256": sha256_bytes(REFERENCE_BYTES),
+                        "before_mode": None, "after_mode": 0o644} for rel in CREATED]
+    summary = outcome.summary()
+    assert f"{CREATED[0]}  (new) -> {sha256_bytes(REFERENCE_BYTES)[:12]}" in summary
+    assert f"new, untracked (git status shows them, git diff does not): {' '.join(CREATED)}" in summary
+    status = git(pipe.repo, "status", "--porcelain", "--untracked-files=all", "--", "skills", ".claude")
+    assert sorted(line[3:] for line in status.splitlines() if line.startswith("??")) == CREATED
+    with pytest.raises(ApplyRefused, match="^already applied"):
+        run(pipe)
+
+    reverted = revert(pipe.paths, now=APPLY_AT)
+    assert pipe.tree() == before  # the files and the directories apply created are gone, nothing else moved
+    assert pipe.leftovers() == [] and pipe.records() == []
+    assert f"{CREATED[0]}  {sha256_bytes(REFERENCE_BYTES)[:12]} -> (deleted)" in reverted.summary()
+    assert git(pipe.repo, "status", "--porcelain", "--untracked-files=all", "--", "skills", ".claude") == ""
+    run(pipe)  # absent again, so the same promotion applies again
+    assert pipe.tree() == _as_applied(before)
+
+
+N_CREATING = len(DESTINATIONS) + len(CREATED)
+
+
+@pytest.mark.parametrize("k", range(N_CREATING + 1))
+def test_a_failure_after_k_of_n_swaps_and_creations_leaves_the_tree_exactly_as_before(creating: Pipeline, k: int):
+    before = creating.tree()
+
+    def fault(event, index, path):
+        if (k == 0 and event == "before-swap") or (event == "after-swap" and index == k - 1):
+            raise OSError(errno.EIO, "injected failure")
+
+    with pytest.raises(RolledBack, match=f"injected failure.*after {k} of {N_CREATING} swaps.*every file and "
+                                         "directory it created is gone"):
+        run(creating, fault=fault)
+    assert creating.tree() == before  # no stray file, temp name or directory
+    assert not creating.paths.receipt.exists() and creating.records() == []
+
+
+@pytest.mark.parametrize("event", ["before-mkdir", "after-mkdir"])
+@pytest.mark.parametrize("index", [0, 1])
+def test_a_failure_while_making_directories_leaves_none_behind(creating: Pipeline, event: str, index: int):
+    before = creating.tree()
+
+    def fault(at, i, path):
+        if at == event and i == index:
+            raise OSError(errno.EIO, "injected failure")
+
+    with pytest.raises(RolledBack, match="injected failure.*after 0 of"):
+        run(creating, fault=fault)
+    assert creating.tree() == before
+    assert creating.records() == []
+
+
+def test_a_destination_created_after_freeze_is_refused(creating: Pipeline):
+    (creating.repo / ".claude/skills/work/reference").mkdir()
+    (creating.repo / CREATED[0]).write_bytes(REFERENCE_BYTES)  # even the very bytes: apply never overwrites
+    before = creating.tree()
+    with pytest.raises(ApplyRefused, match=rf"^{re.escape(CREATED[0])}: exists, but freeze recorded it absent"):
+        run(creating)
+    assert creating.tree() == before and not creating.paths.receipt.exists() and creating.records() == []
+
+
+@pytest.mark.parametrize("kind", ["symlink", "directory"])
+def test_a_symlink_or_directory_where_a_file_is_created_is_refused(creating: Pipeline, kind: str):
+    (creating.repo / ".claude/skills/work/reference").mkdir()
+    target = creating.repo / CREATED[0]
+    if kind == "symlink":
+        target.symlink_to(creating.repo / "skills/work/SKILL.md")
+    else:
+        target.mkdir()
+    before = creating.tree()
+    with pytest.raises(ApplyRefused, match=rf"^{re.escape(CREATED[0])}: is a {kind}, where apply would create"):
+        run(creating)
+    assert creating.tree() == before
+
+
+def test_a_symlinked_directory_on_the_way_to_a_created_file_is_refused(creating: Pipeline):
+    (creating.repo / ".claude/skills/work/reference").symlink_to("../../../skills/work")
+    with pytest.raises(ApplyRefused, match=r"^\.claude/skills/work/reference: is a symlink .*never follows"):
+        run(creating)
+    assert not (creating.repo / "skills/work/checklist.md").exists()
+
+
+def test_a_file_created_by_someone_else_during_apply_is_kept_and_the_apply_rolled_back(creating: Pipeline):
+    before = creating.tree()
+    theirs = b"someone else's checklist\n"
+
+    def fault(event, index, path):  # after apply's last check, before its rename
+        if event == "before-swap" and path == CREATED[1]:
+            (creating.repo / path).write_bytes(theirs)
+
+    with pytest.raises(RolledBack, match=f"{re.escape(CREATED[1])}: was created by someone else during apply"):
+        run(creating, fault=fault)
+    assert creating.tree() == {**before, CREATED_DIRS[1]: ("dir", 0o755 & ~_umask()),
+                               CREATED[1]: (theirs, 0o666 & ~_umask())}
+    assert creating.records() == []
+
+
+def test_a_directory_created_by_someone_else_during_apply_is_kept(creating: Pipeline):
+    before = creating.tree()
+
+    def fault(event, index, path):
+        if event == "before-mkdir" and path == CREATED_DIRS[0]:
+            (creating.repo / path).mkdir()
+            (creating.repo / path / "notes.md").write_bytes(b"mine\n")
+
+    with pytest.raises(RolledBack, match=f"{re.escape(CREATED_DIRS[0])}: was created by someone else during apply"):
+        run(creating, fault=fault)
+    assert creating.tree() == {**before, CREATED_DIRS[0]: ("dir", 0o777 & ~_umask()),
+                               f"{CREATED_DIRS[0]}/notes.md": (b"mine\n", 0o666 & ~_umask())}
+
+
+def test_a_created_file_edited_before_the_rollback_is_never_deleted(creating: Pipeline):
+    before = creating.tree()
+    edited = CREATED[0]
+
+    def fault(event, index, path):
+        if event == "after-swap" and path == DESTINATIONS[-1]:  # the last swap, after both creations
+            (creating.repo / edited).write_bytes(b"edited on top of the new file\n")
+            raise OSError(errno.EIO, "injected failure")
+
+    with pytest.raises(RollbackIncomplete, match=f"{re.escape(edited)}: was edited after apply created it; left as "
+                                                 "is") as failed:
+        run(creating, fault=fault)
+    record = json.loads(failed.value.record.read_text())
+    assert next(f for f in record["files"] if f["path"] == edited)["state"] == "restore-failed"
+    assert {d["path"]: d["state"] for d in record["dirs"]} == dict.fromkeys(CREATED_DIRS, "created")
+    assert (creating.repo / edited).read_bytes() == b"edited on top of the new file\n"
+    with pytest.raises(ApplyRefused, match=f"{re.escape(edited)} is the file the interrupted transaction created, "
+                                           "but it holds other bytes .* recovery will not delete it"):
+        run(creating)
+    assert (creating.repo / edited).read_bytes() == b"edited on top of the new file\n"
+    (creating.repo / edited).unlink()  # what the refusal asks for; the rerun then finishes the recovery
+    logged = []
+    with pytest.raises(ApplyRefused, match="^no receipt"):
+        revert(creating.paths, now=APPLY_AT, log=logged.append)
+    assert any("recovered from" in line for line in logged)
+    assert creating.tree() == before and creating.records() == []
+
+
+def test_without_a_no_replace_rename_apply_refuses_and_changes_nothing(creating: Pipeline, monkeypatch):
+    real = apply_fs.renameat2
+
+    def exchange_only(old_dir, old, new_dir, new, flags):
+        if flags == apply_fs.RENAME_NOREPLACE:
+            raise OSError(errno.EINVAL, os.strerror(errno.EINVAL))
+        return real(old_dir, old, new_dir, new, flags)
+
+    before = creating.tree()
+    monkeypatch.setattr(apply_fs, "renameat2", exchange_only)
+    with pytest.raises(BrokenEnvironment, match=f"^{re.escape(CREATED_DIRS[0])}: this filesystem cannot rename "
+                                                "without the risk of overwriting .*nothing was changed"):
+        run(creating)
+    assert creating.tree() == before
+
+
+def test_a_destination_recorded_absent_but_forged_as_committed_is_refused(creating: Pipeline):
+    _edit_json(creating.paths.freeze / "manifest.json",
+               lambda m: m["destinations"].update({CREATED[0]: sha256_bytes(REFERENCE_BYTES)}))
+    creating.record()
+    refused(creating, rf"promotion\.json: destination_digests\['{re.escape(CREATED[0])}'\]: differs")
+
+
+@pytest.mark.parametrize("pause", ["after-swap:2", "before-mkdir:1"])  # 1: one directory placed, one not yet
+def test_sigkill_mid_apply_with_creations_leaves_a_record_a_rerun_restores_from(creating: Pipeline, pause: str):
+    before = creating.tree()
+    proc = _spawn(creating, pause)
+    proc.kill()
+    proc.wait()
+    [record] = creating.records()
+    doc = json.loads(record.read_text())
+    if pause == "after-swap:2":  # the first creation (sorted third) is in place
+        assert (creating.repo / CREATED[0]).read_bytes() == REFERENCE_BYTES
+        assert next(f for f in doc["files"] if f["path"] == CREATED[0])["op"] == "create"
+    assert creating.tree() != before
+
+    result = _stage(creating, "--revert")
+    assert result.returncode == 2, result.stderr
+    assert "recovered from" in result.stderr and "apply: refused: no receipt" in result.stderr
+    assert creating.tree() == before and creating.records() == []
+    result = _stage(creating)
+    assert result.returncode == 0, result.stderr
+    assert creating.tree() == _as_applied(before)
+
+
+def test_revert_refuses_when_a_created_file_was_edited_since(creating: Pipeline):
+    run(creating)
+    (creating.repo / CREATED[1]).write_bytes(b"reviewed and extended\n")
+    applied = creating.tree()
+    with pytest.raises(ApplyRefused, match=rf"^{re.escape(CREATED[1])}: changed since the apply .*revert will not "
+                                           "delete it"):
+        revert(creating.paths, now=APPLY_AT)
+    assert creating.tree() == applied and creating.paths.receipt.exists()
+
+
+def test_revert_keeps_a_created_directory_that_now_holds_someone_elses_file(creating: Pipeline):
+    before = creating.tree()
+    run(creating)
+    (creating.repo / CREATED_DIRS[0] / "mine.md").write_bytes(b"mine\n")
+    logged = []
+    revert(creating.paths, now=APPLY_AT, log=logged.append)
+    assert creating.tree() == {**before, CREATED_DIRS[0]: ("dir", 0o755 & ~_umask()),
+                               f"{CREATED_DIRS[0]}/mine.md": (b"mine\n", 0o666 & ~_umask())}
+    assert any(f"kept {CREATED_DIRS[0]}" in line for line in logged)
+
+
+@pytest.mark.parametrize("k", range(N_CREATING + 1))
+def test_a_failed_revert_puts_every_file_back_as_applied(creating: Pipeline, k: int):
+    run(creating)
+    applied = creating.tree()
+
+    def fault(event, index, path):
+        if (k == 0 and event == "before-swap") or (event == "after-swap" and index == k - 1):
+            raise OSError(errno.EIO, "injected failure")
+
+    with pytest.raises(RolledBack, match=f"after {k} of {N_CREATING} swaps"):
+        revert(creating.paths, now=APPLY_AT, fault=fault)
+    assert creating.tree() == applied and creating.paths.receipt.exists() and creating.records() == []
+
+
+def test_sigkill_mid_revert_is_finished_by_a_rerun(creating: Pipeline):
+    before = creating.tree()
+    run(creating)
+    proc = _spawn(creating, "after-swap:5", "--revert")  # both created files are taken out, not yet committed
+    proc.kill()
+    proc.wait()
+    assert not (creating.repo / CREATED[0]).exists() and creating.records() != []
+    result = _stage(creating, "--revert")  # recovery puts them back, then the revert runs whole
+    assert result.returncode == 0, result.stderr
+    assert "recovered from" in result.stderr
+    assert creating.tree() == before and creating.records() == []
+
+
+def test_sigkill_after_a_revert_commits_removes_the_directories_on_rerun(creating: Pipeline):
+    before = creating.tree()
+    run(creating)
+    proc = _spawn(creating, f"committed:{N_CREATING}", "--revert")
+    proc.kill()
+    proc.wait()
+    assert all((creating.repo / rel).is_dir() for rel in CREATED_DIRS)  # the revert had committed, not cleaned up
+    result = _stage(creating, "--revert")
+    assert result.returncode == 2 and "had committed" in result.stderr, result.stderr
+    assert creating.tree() == before and creating.records() == []

@@ -151,3 +151,131 @@ def test_mirror_paths_have_one_normal_form(repo, tmp_path):
     (repo / "params.yaml").write_text(yaml.safe_dump(params))
     manifest = _freeze(repo, _overlay(tmp_path))
     assert sorted(manifest["destinations"]) == [".claude/skills/work/SKILL.md", "skills/work/SKILL.md"]
+
+
+NEW = "work/reference/checklist.md"
+NEW_DESTINATIONS = [f".claude/skills/{NEW}", f"skills/{NEW}"]
+
+
+def _allow_supporting_files(repo: Path) -> None:
+    config.set_value(repo / "params.yaml", "propose", "allow", ["supporting-files"])
+    subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qam", "allow"], cwd=repo, check=True)
+
+
+def _with_new_file(tmp_path: Path) -> Path:
+    ov = _overlay(tmp_path)
+    (ov / NEW).parent.mkdir(parents=True)
+    (ov / NEW).write_text("# Checklist\n\n- Run the tests once.\n")
+    return ov
+
+
+def test_a_new_file_is_bound_absent_in_every_root(repo, tmp_path):
+    _allow_supporting_files(repo)
+    manifest = _freeze(repo, _with_new_file(tmp_path))
+    validate(manifest, "freeze-manifest.schema.json", "manifest")
+    assert manifest["destinations"] == {
+        **dict.fromkeys(NEW_DESTINATIONS),  # absent at HEAD and in the working tree: apply creates them
+        ".claude/skills/work/SKILL.md": manifest["destinations"]["skills/work/SKILL.md"],
+        "skills/work/SKILL.md": manifest["destinations"]["skills/work/SKILL.md"],
+    }
+    assert manifest["destinations"]["skills/work/SKILL.md"] is not None
+    assert (repo / "results/freeze/overlay" / NEW).read_text().startswith("# Checklist")
+    assert manifest["changed_lines"] == 1 + 3  # the edit, and every line of the new file
+
+
+def test_a_new_file_needs_params(repo, tmp_path):
+    with pytest.raises(BadInput, match=rf"overlay file {NEW}: has no incumbent skills/{NEW} to replace \(rule: "
+                                       r"replacements only; params propose\.allow: supporting-files lets"):
+        _freeze(repo, _with_new_file(tmp_path))
+    assert not (repo / "results/freeze/manifest.json").exists()
+
+
+def _untracked(repo: Path) -> None:
+    (repo / ".claude/skills/work/reference").mkdir()
+    (repo / f".claude/skills/{NEW}").write_text("a draft nobody committed\n")
+
+
+def _ignored(repo: Path) -> None:
+    (repo / ".claude/skills/work/reference").mkdir()
+    (repo / f".claude/skills/{NEW}").write_text("generated\n")
+    (repo / ".git/info/exclude").write_text("checklist.md\n")
+
+
+def _symlink(repo: Path) -> None:
+    (repo / ".claude/skills/work/reference").mkdir()
+    (repo / f".claude/skills/{NEW}").symlink_to("/nonexistent")  # dangling: apply would create through it
+
+
+def _directory(repo: Path) -> None:
+    (repo / f".claude/skills/{NEW}").mkdir(parents=True)
+
+
+def _committed_in_the_mirror_only(repo: Path) -> None:
+    (repo / ".claude/skills/work/reference").mkdir()
+    (repo / f".claude/skills/{NEW}").write_text("only here\n")
+    subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", "add", "-A"], cwd=repo, check=True)
+    subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "mirror"], cwd=repo, check=True)
+
+
+def _deleted_but_committed(repo: Path) -> None:
+    _committed_in_the_mirror_only(repo)
+    (repo / f".claude/skills/{NEW}").unlink()
+
+
+def _symlinked_parent(repo: Path) -> None:
+    (repo / ".claude/skills/work/reference").symlink_to("../../../skills/work")
+
+
+def _mirror_lacks_the_skill(repo: Path) -> None:
+    shutil.rmtree(repo / ".claude/skills/work")
+    subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qam", "drop"], cwd=repo, check=True)
+
+
+def _file_as_parent(repo: Path) -> None:
+    (repo / "skills/work/reference").write_text("a file where a directory would go\n")
+
+
+def test_a_new_file_in_a_skill_a_mirror_does_not_carry_is_refused(repo, tmp_path):
+    _allow_supporting_files(repo)
+    _mirror_lacks_the_skill(repo)
+    ov = tmp_path / "overlay"
+    (ov / NEW).parent.mkdir(parents=True)
+    (ov / NEW).write_text("# Checklist\n")  # the only file: nothing replaced would catch the mirror
+    with pytest.raises(BadInput, match=r"repo/\.claude/skills/work/SKILL\.md: has no committed base at HEAD \(and it "
+                                       r"does not exist: a mirror without it\?"):
+        _freeze(repo, ov)
+
+
+@pytest.mark.parametrize("make, message", [
+    (_untracked, rf"repo/\.claude/skills/{NEW}: is a file that is not committed, where the overlay adds a new file"),
+    (_ignored, rf"repo/\.claude/skills/{NEW}: is a file git ignores, where the overlay adds a new file"),
+    (_symlink, rf"repo/\.claude/skills/{NEW}: is a symlink, where the overlay adds a new file"),
+    (_directory, rf"repo/\.claude/skills/{NEW}: is a directory, where the overlay adds a new file"),
+    (_committed_in_the_mirror_only, rf"repo/\.claude/skills/{NEW}: is committed at HEAD, yet the overlay adds it"),
+    (_deleted_but_committed, rf"repo/\.claude/skills/{NEW}: is committed at HEAD, yet the overlay adds it"),
+    (_symlinked_parent, r"repo/\.claude/skills/work/reference: is a symlink \(rule: no symlinks\); a new file is "
+                        r"created only below plain directories"),
+    (_file_as_parent, r"repo/skills/work/reference: is not a directory; a new file is created only below plain"),
+])
+def test_a_new_file_where_something_already_is_is_refused(repo, tmp_path, make, message):
+    _allow_supporting_files(repo)
+    make(repo)
+    with pytest.raises(BadInput, match=message + r".*\(rule: a new file's destinations are absent at HEAD and in the "
+                                                 r"working tree\)"):
+        _freeze(repo, _with_new_file(tmp_path))
+    assert not (repo / "results/freeze/manifest.json").exists()
+
+
+def test_an_uncommitted_file_in_the_canonical_skill_is_refused_as_part_of_the_family(repo, tmp_path):
+    """The canonical skill is read whole (what the bench measured): an untracked file there is no new file but one
+    with no committed base, and a symlink is refused by the family reader."""
+    _allow_supporting_files(repo)
+    (repo / "skills/work/reference").mkdir()
+    (repo / f"skills/{NEW}").write_text("a draft nobody committed\n")
+    with pytest.raises(BadInput, match=rf"repo/skills/{NEW}: has no committed base at HEAD .*\(rule: apply replaces "
+                                       r"committed files only\)"):
+        _freeze(repo, _with_new_file(tmp_path))
+    (repo / f"skills/{NEW}").unlink()
+    (repo / f"skills/{NEW}").symlink_to("/nonexistent")
+    with pytest.raises(BadInput, match=rf"repo/skills/{NEW}: is a symlink \(rule: no symlinks\)"):
+        _freeze(repo, _with_new_file(tmp_path / "again"))

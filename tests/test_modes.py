@@ -4,19 +4,23 @@ params propose.allow says so."""
 
 from __future__ import annotations
 
+import copy
 import os
 import stat
 import subprocess
 from pathlib import Path
 
 import pytest
+import yaml
 
-from skillevo import config, layout, modes, workspace
+from skillevo import config, layout, models, modes, workspace
 from skillevo.apply import apply_promotion, revert
-from skillevo.bench.side import plan
+from skillevo.bench.cell import run_cell
+from skillevo.bench.side import build_cells, plan
+from skillevo.simulator import Simulator, load_all
 from skillevo.errors import BadInput
-from tests.apply_fixtures import APPLY_AT, ORIGINAL, ROOTS, make_pipeline
-from tests.bench_fixtures import ROOT
+from tests.apply_fixtures import APPLY_AT, CREATING, ORIGINAL, REFERENCE, REFERENCE_BYTES, ROOTS, make_pipeline
+from tests.bench_fixtures import PLAYBOOK, ROOT
 from tests.test_freeze import _freeze, repo  # noqa: F401 - repo is a fixture
 
 SCRIPT = "work/scripts/check.sh"
@@ -114,8 +118,9 @@ def test_supporting_files_need_params(repo, tmp_path):  # noqa: F811
     with pytest.raises(BadInput, match=r"work/references/api\.md: has no incumbent .*supporting-files lets"):
         _freeze(repo, new)
     config.set_value(repo / "params.yaml", "propose", "allow", ["supporting-files"])
-    with pytest.raises(BadInput, match=r"work/references/api\.md: a new file; apply can only replace committed"):
-        _freeze(repo, new)  # allowed by the overlay rules, not yet bindable by freeze
+    manifest = _freeze(repo, new)  # bound absent: apply creates it (tests/test_apply.py)
+    assert manifest["destinations"] == dict.fromkeys([".claude/skills/work/references/api.md",
+                                                      "skills/work/references/api.md"])
 
 
 def test_apply_writes_the_execute_bit_and_revert_restores_the_mode(tmp_path):
@@ -139,3 +144,56 @@ def test_the_shipped_modes_manifest_matches_the_demo_family():
     executables: set[str] = set()
     layout.read_family(ROOT / "skills", executables=executables)
     modes.check(ROOT / "skill-modes.json", ROOT / "skills", executables)
+
+
+NEW_SCRIPT = "work/scripts/lint.sh"
+NEW_SCRIPT_BYTES = b"#!/bin/sh\necho linted\n"
+
+
+def test_a_new_script_needs_scripts_allowed_and_is_created_executable_then_reverted(tmp_path):
+    overlay = {NEW_SCRIPT: NEW_SCRIPT_BYTES}
+    with pytest.raises(BadInput, match=rf"overlay file {NEW_SCRIPT}: is a script .*propose\.allow lists scripts "
+                                       r"\(rule: scripts\)"):
+        make_pipeline(tmp_path / "refused", overlay=overlay, overlay_executable=frozenset({NEW_SCRIPT}),
+                      allow=("supporting-files",))
+    pipe = make_pipeline(tmp_path, overlay=overlay, overlay_executable=frozenset({NEW_SCRIPT}),
+                         allow=("scripts", "supporting-files"))
+    assert pipe.manifest["script_changes"] == [f"{NEW_SCRIPT}: new script"]
+    assert pipe.manifest["destinations"] == dict.fromkeys(f"{root}/{NEW_SCRIPT}" for root in ROOTS)
+    before = pipe.tree()
+    receipt_files = apply_promotion(pipe.paths, now=APPLY_AT).files
+    assert [(f["path"], f["before_sha256"], f["after_mode"]) for f in receipt_files] == [
+        (f"{root}/{NEW_SCRIPT}", None, 0o755) for root in sorted(ROOTS)]
+    for root in ROOTS:
+        path = pipe.repo / root / NEW_SCRIPT
+        assert path.read_bytes() == NEW_SCRIPT_BYTES and _mode(path) == 0o755  # fchmod: the umask plays no part
+        assert subprocess.run([str(path)], capture_output=True, text=True, check=True).stdout == "linted\n"
+    revert(pipe.paths, now=APPLY_AT)
+    assert pipe.tree() == before and not any((pipe.repo / root / "work/scripts").exists() for root in ROOTS)
+
+
+@pytest.mark.cli
+@pytest.mark.bwrap
+def test_a_candidate_session_reads_the_new_file_in_its_workspace(tmp_path):
+    """End to end: the candidate side lays the frozen overlay over the family, so a file the overlay adds is in
+    the cell's template (committed, with its mode) and a real CLI session in the sandbox reads it there."""
+    pipe = make_pipeline(tmp_path, overlay=CREATING, allow=("supporting-files",))
+    params = config.load(pipe.repo / "params.yaml")
+    side = plan("candidate", pipe.paths.tasks, pipe.repo / "skills", pipe.paths.freeze / "overlay", params)
+    assert side.overlay_digest == pipe.manifest["overlay_digest"]
+    side.tasks, side.runs = [t for t in side.tasks if t.id == "greet"], 1
+    book = copy.deepcopy(PLAYBOOK)
+    work = next(t for t in book["tasks"] if t["id"] == "greet")["sessions"]["work"]
+    work.insert(0, {"read": f".claude/skills/{REFERENCE}"})
+    (tmp_path / "book.yaml").write_text(yaml.safe_dump(book))
+    with Simulator(load_all([tmp_path / "book.yaml"])) as sim:
+        model, _ = models.resolve(params.model, sim.url())
+        (tmp_path / "scratch").mkdir()
+        [cell] = build_cells(side, params.bench, model, tmp_path / "scratch")
+        installed = cell.template / ".claude/skills" / REFERENCE
+        assert installed.read_bytes() == REFERENCE_BYTES and _mode(installed) == 0o644
+        assert workspace.git(cell.template, "ls-files", "-s", f".claude/skills/{REFERENCE}").startswith("100644 ")
+        result = run_cell(cell)
+    transcript = b"".join(v for k, v in result.artifacts.items() if k.startswith("transcripts/")).decode()
+    assert "Read the failing test before editing." in transcript  # the new file's text, as the Read tool returned it
+    assert result.row["verify_passed"] is True  # the session went on to do the task

@@ -158,4 +158,7 @@ def test_the_prompt_says_what_the_overlay_may_do():
     assert "{" not in plain.split("Do this:")[1]  # every placeholder filled
     wide = propose.render_prompt(template, ["work"], 40, ("scripts", "supporting-files", "privileged-frontmatter"))
     assert "edit a script (a file with an execute bit)" in wide and "that are not scripts" in wide
+    assert "and add new files inside it" in wide and "Adding a new file is not possible" not in wide
+    narrow = propose.render_prompt(template, ["work"], 40, ("supporting-files",))
+    assert "and add new files inside it. A new file may not carry an execute bit." in narrow
     assert "You may change the frontmatter keys" in wide

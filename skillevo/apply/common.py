@@ -19,8 +19,10 @@ RECEIPT_SCHEMA = "apply-receipt"
 RERUN = "run `dvc repro` first"
 
 Fault = Callable[[str, int, "str | None"], None]
-"""Test seam: called as fault(event, index, path) at before-swap, after-swap, verified, committed and
-before-restore; whatever it raises is treated like any other failure at that point."""
+"""Test seam: called as fault(event, index, path) at before-mkdir and after-mkdir (around renaming a directory
+made for new files into place), before-swap and after-swap (around each destination's swap, creation or
+deletion), verified, committed and before-restore; whatever it raises is treated like any other failure at that
+point."""
 Log = Callable[[str], None]
 
 

@@ -20,6 +20,7 @@ from skillevo.errors import BadInput
 
 TEMP_PREFIX = ".skillevo-apply-"
 MAX_FILE_BYTES = layout.MAX_SKILL_FILE_BYTES  # what freeze reads a destination with
+RENAME_NOREPLACE = 1  # <linux/fs.h>: fail with EEXIST rather than replace the target
 RENAME_EXCHANGE = 2
 UNSUPPORTED = {errno.ENOSYS, errno.EINVAL, errno.EOPNOTSUPP, getattr(errno, "ENOTSUP", errno.EOPNOTSUPP)}
 
@@ -61,6 +62,20 @@ class Tree:
             self._held.append(fd)
         return fd
 
+    def open_existing(self, parts: list[str]) -> tuple[int, int]:
+        """The deepest directory of `parts` that exists (held) and how many components it took; a symlink or a
+        non-directory on the way is refused like open_dir's."""
+        try:
+            fd, found = safefs.open_existing_below(self.fd, parts, str(self.root))
+        except BadInput as e:
+            raise ApplyRefused(f"{e}; apply never follows symlinks") from None
+        self._held.append(fd)
+        return fd, found
+
+    def hold(self, fd: int) -> None:
+        """Close `fd` with the tree (a directory the transaction made and keeps writing into)."""
+        self._held.append(fd)
+
     @contextmanager
     def directory(self, parts: list[str]) -> Iterator[int]:
         fd = self.open_dir(parts)
@@ -81,7 +96,8 @@ def read_stat(dir_fd: int, name: str, where: str, what: str = "file") -> tuple[b
 
 
 def renameat2(old_dir: int, old: str, new_dir: int, new: str, flags: int) -> None:
-    """libc renameat2 through ctypes (the os module has no exchange); ENOSYS when libc lacks it."""
+    """libc renameat2 through ctypes (the os module has neither exchange nor no-replace); ENOSYS when libc lacks
+    it."""
     fn = getattr(_LIBC, "renameat2", None)
     if fn is None:
         raise OSError(errno.ENOSYS, "renameat2 is not available in this C library")

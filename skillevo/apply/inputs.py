@@ -38,7 +38,7 @@ from skillevo.schemas import InvalidDocument, validate
 class Inputs:
     promotion_sha256: str
     overlay_digest: str
-    destinations: dict[str, str]  # repo-relative path -> sha256 at freeze
+    destinations: dict[str, str | None]  # repo-relative path -> sha256 at freeze; None: absent then, apply creates it
     new: dict[str, bytes]  # repo-relative path -> the frozen overlay bytes it receives
     described: list[str]
     executables: frozenset[str] = frozenset()  # the destinations that receive an execute bit
@@ -183,9 +183,12 @@ def load_receipt(paths: ApplyPaths) -> dict[str, Any]:
 
 
 def stored_originals(paths: ApplyPaths, receipt: Mapping[str, Any]) -> dict[str, bytes]:
-    """The pre-apply bytes of every file the receipt names, from the originals store, each intact."""
+    """The pre-apply bytes of every file the receipt names as replaced, from the originals store, each intact (a
+    file apply created has none)."""
     before = {}
     for f in receipt["files"]:
+        if f["before_sha256"] is None:
+            continue
         copy = paths.originals / f["before_sha256"]
         try:
             data: bytes | None = fs.read(None, copy, str(copy), "stored original")
