@@ -14,6 +14,7 @@ from typing import Any
 from skillevo import documents, safefs
 from skillevo.config import Policy
 from skillevo.errors import BadInput
+from skillevo.gate import looks
 from skillevo.gate.policy import decide, decide_arm
 from skillevo.gate.verdict import PROMOTE
 from skillevo.layout import incumbent_arm_of
@@ -23,6 +24,7 @@ from skillevo.results import (
     Side,
     aggregate,
     median,
+    sequential_record,
     served_models,
 )
 from skillevo.schemas import first_error, schema_validator, validate
@@ -40,6 +42,7 @@ BINDING_KEYS = (
     "task_bindings",
     "policy",
     "backend",
+    "sequential",
 )
 CLOCK_SKEW = timedelta(minutes=5)
 
@@ -76,6 +79,7 @@ def pipeline_bindings(freeze: Mapping[str, Any], bench: Mapping[str, Any], polic
         "task_bindings": bench["task_bindings"],
         "policy": policy.to_dict(),
         "backend": bench["model"],
+        "sequential": looks.binding(policy, bench.get("sequential")),
     }
 
 
@@ -111,6 +115,14 @@ def build_promotion(
     if candidate.bench["skills_digest"] != incumbent.bench["skills_digest"]:
         raise BadInput(f"{candidate.directory / 'bench.json'}: $.skills_digest is not the incumbent side's: the "
                        "candidate must run exactly the incumbent skills plus the frozen overlay (rule: one family)")
+    if sequential_record(incumbent) is not None:  # load_side refuses it too; a Side can be built without it
+        raise BadInput(f"{incumbent.directory / 'bench.json'}: $.sequential: only the candidate side runs in looks "
+                       "(rule: sequential sampling)")
+    record = sequential_record(candidate)
+    if record is not None and incumbent.bench["runs"] != record.looks[-1]:
+        raise BadInput(f"{incumbent.directory / 'bench.json'}: $.runs: is {incumbent.bench['runs']}, but the candidate "
+                       f"side's looks end at {record.looks[-1]}: the incumbent side runs every planned run "
+                       "(rule: sequential sampling)")
     incumbent_arms = {arm["name"] for arm in incumbent.bench["arms"]}
     candidate_arms = {arm["name"] for arm in candidate.bench["arms"]}
     if incumbent_arms & candidate_arms:
@@ -125,6 +137,7 @@ def build_promotion(
         policy,
         benchmark_model=bindings["benchmark_model"],
         candidate_arms=bindings["required_candidate_arms"],
+        sequential=None if record is None else record.to_dict(),
     )
     generated = now.astimezone(timezone.utc).replace(microsecond=0)
     promotion = {
@@ -173,6 +186,7 @@ def recompute_decisions(promotion: Mapping[str, Any]) -> list[dict[str, Any]]:
                 benchmark_model=promotion["benchmark_model"],
                 incumbent_arm=stored["incumbent_arm"],
                 candidate_arm=stored["candidate_arm"],
+                sequential=promotion["sequential"],
             )
         )
     return recomputed
