@@ -220,7 +220,13 @@ def section(cls: type[T], name: str, values: Mapping[str, Any], source: str) -> 
     validate(filled, SCHEMA, source, definition=name)
     if name == "gate":
         _check_gate(filled, source, "$")
+    if cls is SamplingParams:
+        return _sampling(filled)  # type: ignore[return-value]
     return _typed(cls, filled)
+
+
+def _sampling(filled: Mapping[str, Any]) -> SamplingParams:
+    return _typed(SamplingParams, {**filled, "sequential": _typed(SequentialParams, filled["sequential"])})
 
 
 def _check_gate(gate: Mapping[str, Any], source: str, path: str) -> None:
@@ -278,8 +284,7 @@ def parse(doc: Any, source: str = "params.yaml", *, today: date | None = None) -
         bench=_typed(BenchParams, {**filled["bench"], "limits": Limits(**filled["bench"]["limits"])}),
         gate=_typed(Policy, filled["gate"]),
         simulator=_typed(SimulatorParams, filled["simulator"]),
-        sampling=_typed(SamplingParams, {**filled["sampling"],
-                                         "sequential": _typed(SequentialParams, filled["sampling"]["sequential"])}),
+        sampling=_sampling(filled["sampling"]),
         notes=tuple(notes),
     )
 

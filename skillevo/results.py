@@ -103,7 +103,7 @@ def sequential_record(side: Side) -> Sequential | None:
         raise BadInput(f"{where}.looks: {list(looks)} must increase and end at the side's runs "
                        f"{side.bench['runs']} (rule: planned looks)")
     record = Sequential(looks, found["stopped_at_look"], found["reason"])
-    if record.stopped_at_look > len(looks) or (record.reason == "max") != record.last:
+    if record.stopped_at_look > len(looks) or (record.reason == "max" and not record.last):
         raise BadInput(f"{where}: stopped at look {record.stopped_at_look} of {len(looks)} for {record.reason!r}; "
                        "a side stops at a planned look, for 'max' at the last one only (rule: planned looks)")
     reached = max((row["run"] for row in side.rows), default=None)

@@ -243,9 +243,21 @@ def _check_decisions(promotion: Mapping[str, Any]) -> None:
         for j, row in enumerate(stored["tasks"]):
             for side in ("incumbent", "candidate"):
                 _check_aggregate(row[side], f"{where}.tasks[{j}].{side}")
+        _check_look(promotion["sequential"], stored, where)
         difference = first_difference(stored, recomputed, where)
         if difference:
             raise PromotionRefused(f"{difference}: the stored decision does not follow from its embedded aggregates")
+
+
+def _check_look(sequential: Mapping[str, Any] | None, stored: Mapping[str, Any], where: str) -> None:
+    """The candidate's runs are the stopped look's: a later look's laxer level never judges fewer runs."""
+    if sequential is None:
+        return
+    reach = sequential["looks"][sequential["stopped_at_look"] - 1]
+    found = max((row["candidate"]["runs"] for row in stored["tasks"]), default=reach)
+    if found != reach:
+        raise PromotionRefused(f"{where}.tasks: the candidate ran {found} runs in a cell, but look "
+                               f"{sequential['stopped_at_look']} is {reach} runs per cell")
 
 
 def _check_aggregate(agg: Mapping[str, Any], where: str) -> None:
