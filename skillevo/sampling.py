@@ -91,7 +91,8 @@ def interim(incumbent_rows: Iterable[Mapping[str, Any]], candidate_rows: Iterabl
 
 
 def record(plan: SamplingParams, look: int, action: str) -> dict[str, Any]:
-    """bench.json's `sequential` object for a candidate side that stopped after `look` with `action`."""
+    """bench.json's `sequential` object for a candidate side that stopped after `look` with `action`; the
+    side's `runs` stays `sampling.runs`, the last planned look (skillevo.results.sequential_record checks it)."""
     planned = looks(plan)
     if not 1 <= look <= len(planned) or action not in REASONS or (action == CONTINUE and look < len(planned)):
         raise BadInput(f"record: a side stops at one of its looks {list(planned)} with a stop action, or at the "

@@ -174,9 +174,10 @@ def look_levels(looks: Sequence[int], alpha: float, boundary: str = "spending") 
     are stopped (docs/gate.md, sequential runs).
 
     `spending`: exact group-sequential boundaries for O'Brien-Fleming-type spending (spent) under the canonical
-    joint normal law of the looks at their information fractions (look_fractions) (Armitage-McPherson-Rowe recursive integration), so together the looks spend
-    exactly alpha. `bonferroni`: each look at the alpha spent there, which sums to alpha for any correlation
-    between the looks and so needs no model of it, at some cost in power."""
+    joint normal law of the looks at their information fractions (look_fractions; Armitage-McPherson-Rowe
+    recursive integration), so together the looks spend exactly alpha. `bonferroni`: each look at the alpha
+    spent there, which sums to alpha for any correlation between the looks and so needs no model of it, at
+    some cost in power."""
     if boundary not in LOOK_BOUNDARIES:
         raise ValueError(f"unknown look boundary {boundary!r}")
     return _look_levels(tuple(int(n) for n in looks), float(alpha), boundary)

@@ -141,11 +141,12 @@ def sequential_line(sequential: Mapping[str, Any], policy: Mapping[str, Any]) ->
     looks, look = sequential["looks"], sequential["stopped_at_look"]
     alone = (f"resolution alone at {sequential['quality_alone_level']:.3g}" if sequential["quality_alone_level"]
              else "no promotion on resolution alone before the last look")
+    fixed = policy["alpha"] - policy["quality_promotion_alpha"]
     return (f"**Sequential:** the candidate side stopped at look {look} of {len(looks)} ({looks[look - 1]} of "
             f"{looks[-1]} runs per cell; planned looks at {', '.join(map(str, looks))} runs; reason: "
             f"{sequential['reason']}). At that look's {sequential['boundary']} boundary the metric is tested at "
-            f"level {sequential['cost_level']:.4g} (fixed design: {policy['alpha'] - policy['quality_promotion_alpha']:.4g}"
-            f"), the resolution drop bounded at {100 * (1 - sequential['drop_level']):.4g}% confidence, {alone}.")
+            f"level {sequential['cost_level']:.4g} (fixed design: {fixed:.4g}), the resolution drop bounded at "
+            f"{100 * (1 - sequential['drop_level']):.4g}% confidence, {alone}.")
 
 
 def overlay_section(manifest: Mapping[str, Any]) -> list[str]:

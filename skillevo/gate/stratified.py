@@ -5,6 +5,8 @@ when a stratified one-sided test rejects "not cheaper" at alpha less the share r
 resolution alone only when its own stratified test rejects "resolves no more" at that share. Apply needs every
 required arm, so over arms this is an intersection-union test and needs no correction. Quality comes first: a
 significant drop in resolution, or one that the runs cannot bound within the stated margin, never promotes.
+A candidate side stopped at one of its planned looks is judged by the same rule at that look's levels
+(skillevo/gate/looks.py), which keeps the same alpha whatever stopped it.
 """
 
 from __future__ import annotations
