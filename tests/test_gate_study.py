@@ -1,8 +1,8 @@
 """A reduced `make gate-study` (a few hundred decisions per cell), run against the gate's own code in CI.
 
 The full study (2,000 decisions per cell) holds every null cell to alpha + 3 standard errors; here the same
-targets are widened for the smaller sample. The sequential mode runs on a reduced grid (p in {1, 0.7}, CV in
-{0.35, 0.5}) to stay within a minute.
+targets are widened for the smaller sample. The sequential mode runs on a reduced grid (p in {1, 0.7}) to stay
+within a minute.
 """
 
 from __future__ import annotations
