@@ -11,8 +11,18 @@ import matplotlib
 matplotlib.use("svg")
 import matplotlib.pyplot as plt  # noqa: E402 - after choosing the backend
 
-from benchmarks.gate_model import CVS, P_VALUES, RUNS, SCENARIOS, Cell  # noqa: E402
-from skillevo.config import Policy  # noqa: E402
+from benchmarks.gate_model import (  # noqa: E402
+    CVS,
+    P_VALUES,
+    RUNS,
+    SCENARIOS,
+    SEQUENTIAL_RUNS,
+    Cell,
+    SequentialRates,
+    sequential_plan,
+)
+from skillevo import sampling, stats  # noqa: E402
+from skillevo.config import Policy, SamplingParams  # noqa: E402
 
 NULLS_IN_TARGET = ("boundary", "regression", "missing data")
 
@@ -85,3 +95,63 @@ def _plot(path: Path, rates: dict[Cell, tuple[float, float]], bound: float) -> N
     figure.tight_layout(rect=(0, 0.08, 1, 0.97))
     figure.savefig(path, format="svg", metadata={"Date": None})
     plt.close(figure)
+
+
+def write_sequential(out: Path, rates: dict[Cell, SequentialRates], bound: float, decisions: int, policy: Policy,
+                     plan: SamplingParams) -> dict[str, float]:
+    """sequential.md and sequential.csv: per cell the fixed design, the sequential one (spending and bonferroni
+    boundaries) on the same benches, and the candidate runs the sequential one spent."""
+    out.mkdir(parents=True, exist_ok=True)
+    nulls = [cell for cell in rates if cell.scenario in NULLS_IN_TARGET]
+    x = max(rates[cell].spending for cell in nulls)
+    xb = max(rates[cell].bonferroni for cell in nulls)
+    xf = max(rates[cell].fixed for cell in nulls)
+    power = rates[Cell("20% cheaper", 1.0, 0.35, 10)]
+    runs_null = rates[Cell("boundary", 1.0, 0.35, 10)].runs
+    with (out / "sequential.csv").open("w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["scenario", "null", "p", "cv", "runs", "fixed", "sequential", "bonferroni", "mean_runs",
+                    "stopped_futility", "stopped_promote"])
+        for cell, r in rates.items():
+            null = next(s.null for s in SCENARIOS if s.name == cell.scenario)
+            w.writerow([cell.scenario, null, cell.p, cell.cv, cell.runs, f"{r.fixed:.4f}", f"{r.spending:.4f}",
+                        f"{r.bonferroni:.4f}", f"{r.runs:.3f}", f"{r.futility:.4f}", f"{r.early_promote:.4f}"])
+    seq = plan.sequential
+    looks = {runs: sampling.looks(sequential_plan(plan, runs)) for runs in SEQUENTIAL_RUNS}
+    levels = {runs: [f"{level:.4f}" for level in stats.look_levels(looks[runs], policy.cost_alpha,
+                                                                    policy.look_boundary)] for runs in SEQUENTIAL_RUNS}
+    lines = [
+        "# Gate study: sequential candidate runs", "",
+        f"{decisions} decisions per cell, each on one simulated bench decided three ways: fixed (every run), "
+        f"sequential (the candidate's runs shown look by look to skillevo.sampling.interim, the stopped side judged "
+        f"at its look's spending boundary) and the same stopped side at the bonferroni boundary. Looks: "
+        + "; ".join(f"{runs} runs: {list(looks[runs])} (cost levels {', '.join(levels[runs])})"
+                    for runs in SEQUENTIAL_RUNS)
+        + f". interim: efficacy alpha {seq.alpha:g}, min_improvement_pct {seq.min_improvement_pct:g}, "
+        f"max_resolution_drop_pct {seq.max_resolution_drop_pct:g}, futility_p_value {seq.futility_p_value:g}. "
+        f"A null cell's target is alpha + 3 standard errors = {bound:.4f}.", "",
+        f"- worst null cell (boundary, regression, missing data): sequential **{x:.4f}**, bonferroni "
+        f"**{xb:.4f}**, fixed on the same benches **{xf:.4f}**",
+        f"- power for a 20% saving at p = 1, CV 0.35, 10 runs: sequential **{power.spending:.4f}**, bonferroni "
+        f"**{power.bonferroni:.4f}**, fixed **{power.fixed:.4f}**; mean candidate runs {power.runs:.2f} of 10",
+        f"- mean candidate runs at the boundary null (p = 1, CV 0.35, 10 runs): **{runs_null:.2f}** of 10",
+        "", "Per cell: promotion rate fixed / sequential / bonferroni, and the sequential design's mean candidate "
+        "runs per (task, arm), at CV 0.2 and 0.5 (CV 0.35: the headline cells above). Null scenarios: a promotion "
+        "is false.", "",
+    ]
+    for scenario in SCENARIOS:
+        lines += [f"## {scenario.name}{' (null)' if scenario.null else ''}", "",
+                  "| p | CV | " + " | ".join(f"{r} runs | mean runs" for r in SEQUENTIAL_RUNS) + " |",
+                  "|---|---|" + "---|---|" * len(SEQUENTIAL_RUNS)]
+        for p in sorted({cell.p for cell in rates}, reverse=True):
+            for cv in sorted({cell.cv for cell in rates}):
+                cells = [rates.get(Cell(scenario.name, p, cv, r)) for r in SEQUENTIAL_RUNS]
+                if None in cells:  # a headline cell alone: in the summary above
+                    continue
+                lines.append(f"| {p:g} | {cv:g} | " + " | ".join(
+                    f"{c.fixed:.3f} / {c.spending:.3f} / {c.bonferroni:.3f} | {c.runs:.2f}" for c in cells) + " |")
+        lines.append("")
+    (out / "sequential.md").write_text("\n".join(lines))
+    print("\n".join(lines[4:7]))
+    print(f"table: {out / 'sequential.md'}")
+    return {"x": x, "y": power.spending, "f": power.fixed, "r": runs_null}

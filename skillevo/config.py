@@ -87,11 +87,26 @@ class SimulatorParams:
 
 
 @dataclass(frozen=True)
+class SequentialParams:
+    """`sampling.sequential`: the candidate side's looks and the rule skillevo.sampling.interim stops them by."""
+
+    enabled: bool
+    first: int  # candidate runs per (task, arm) at the first look
+    batch: int  # added at each later look, up to sampling.runs
+    metric: str
+    alpha: float  # efficacy, spent over the looks
+    min_improvement_pct: float
+    max_resolution_drop_pct: float
+    futility_p_value: float
+
+
+@dataclass(frozen=True)
 class SamplingParams:
     runs: int
     replicate: int
     prior_log_sd: float
     power: float
+    sequential: SequentialParams
 
 
 @dataclass(frozen=True)
@@ -127,6 +142,7 @@ class Policy:
     min_gated_task_ratio: float
     resolution_margin: int
     max_age_days: int
+    look_boundary: str  # spending | bonferroni: the level at a sequential candidate side's stopped look
 
     @property
     def cost_alpha(self) -> float:
@@ -204,7 +220,13 @@ def section(cls: type[T], name: str, values: Mapping[str, Any], source: str) -> 
     validate(filled, SCHEMA, source, definition=name)
     if name == "gate":
         _check_gate(filled, source, "$")
+    if cls is SamplingParams:
+        return _sampling(filled)  # type: ignore[return-value]
     return _typed(cls, filled)
+
+
+def _sampling(filled: Mapping[str, Any]) -> SamplingParams:
+    return _typed(SamplingParams, {**filled, "sequential": _typed(SequentialParams, filled["sequential"])})
 
 
 def _check_gate(gate: Mapping[str, Any], source: str, path: str) -> None:
@@ -262,7 +284,7 @@ def parse(doc: Any, source: str = "params.yaml", *, today: date | None = None) -
         bench=_typed(BenchParams, {**filled["bench"], "limits": Limits(**filled["bench"]["limits"])}),
         gate=_typed(Policy, filled["gate"]),
         simulator=_typed(SimulatorParams, filled["simulator"]),
-        sampling=_typed(SamplingParams, filled["sampling"]),
+        sampling=_sampling(filled["sampling"]),
         notes=tuple(notes),
     )
 

@@ -65,6 +65,54 @@ class Side:
         return min((row["recorded_at"] for row in self.rows), default=None, key=_moment)
 
 
+@dataclass(frozen=True)
+class Sequential:
+    """A candidate side that ran in looks (bench.json `sequential`, written by skillevo.sampling.record)."""
+
+    looks: tuple[int, ...]  # candidate runs per (task, arm) at each planned look
+    stopped_at_look: int  # 1-based
+    reason: str  # promote | futility | max
+
+    @property
+    def runs(self) -> int:
+        return self.looks[self.stopped_at_look - 1]
+
+    @property
+    def last(self) -> bool:
+        return self.stopped_at_look == len(self.looks)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"looks": list(self.looks), "stopped_at_look": self.stopped_at_look, "reason": self.reason}
+
+
+def sequential_record(side: Side) -> Sequential | None:
+    """The look a side stopped at, checked against its own bench.json and rows; None for the fixed design.
+
+    The gate's level depends on the look, so a record that claims a later look than its rows reached (a
+    laxer level for fewer runs), or rows past the stopped look, is refused: the rows must reach exactly the
+    stopped look's runs, and the planned looks must end at the side's `runs`.
+    """
+    where = f"{side.directory / BENCH_FILE}: $.sequential"
+    found = side.bench.get("sequential")
+    if found is None:
+        return None
+    if side.bench["side"] != "candidate":
+        raise BadInput(f"{where}: only the candidate side runs in looks (rule: sequential sampling)")
+    looks = tuple(found["looks"])
+    if any(b <= a for a, b in zip(looks, looks[1:])) or looks[-1] != side.bench["runs"]:
+        raise BadInput(f"{where}.looks: {list(looks)} must increase and end at the side's runs "
+                       f"{side.bench['runs']} (rule: planned looks)")
+    record = Sequential(looks, found["stopped_at_look"], found["reason"])
+    if record.stopped_at_look > len(looks) or (record.reason == "max" and not record.last):
+        raise BadInput(f"{where}: stopped at look {record.stopped_at_look} of {len(looks)} for {record.reason!r}; "
+                       "a side stops at a planned look, for 'max' at the last one only (rule: planned looks)")
+    reached = max((row["run"] for row in side.rows), default=None)
+    if reached is not None and reached != record.runs:
+        raise BadInput(f"{where}: look {record.stopped_at_look} is {record.runs} runs per cell but the rows reach "
+                       f"run {reached} (rule: the rows stop at the stopped look)")
+    return record
+
+
 def _moment(text: str) -> datetime:
     return datetime.fromisoformat(text)
 
@@ -231,6 +279,7 @@ def load_side(directory: Path, side: str) -> Side:
     loaded = Side(directory, bench, tuple(row for _, row in rows),
                   {"results_sha256": results_sha256, "bench_sha256": sha256_bytes(bench_bytes)})
     check_transcripts(loaded)
+    sequential_record(loaded)
     return loaded
 
 

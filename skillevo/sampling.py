@@ -1,8 +1,13 @@
 """The sampling plan (params `sampling:`) and what it can detect, stated before any candidate money is spent.
 
-The bench reads only `sampling.runs` and `sampling.replicate` (so editing a gate threshold never re-runs a
-paid bench); the power preflight reads the incumbent side, the gate's alpha and margins, and says what
-improvement the configured runs can find at the configured power.
+The bench reads only `sampling.*` (so editing a gate threshold never re-runs a paid bench); the power
+preflight reads the incumbent side, the gate's alpha and margins, and says what improvement the configured
+runs can find at the configured power.
+
+With `sampling.sequential.enabled` the candidate side runs in looks (`looks`): after each, the bench asks
+`interim` whether to stop, and writes `record` into the candidate side's bench.json. The gate judges the
+stopped side at that look's level of an alpha-spending plan (skillevo/gate/looks.py), whatever stopped it, so
+these rules decide only what is spent, never whether a false promotion stays within gate.alpha.
 """
 
 from __future__ import annotations
@@ -14,7 +19,114 @@ from typing import Any
 
 from skillevo import stats
 from skillevo.config import Policy, SamplingParams
+from skillevo.errors import BadInput
 from skillevo.results import is_excluded
+
+PROMOTE, FUTILITY, CONTINUE = "stop-promote", "stop-futility", "continue"
+REASONS = {PROMOTE: "promote", FUTILITY: "futility", CONTINUE: "max"}  # interim's action -> bench.json reason
+
+
+@dataclass(frozen=True)
+class Interim:
+    """What the bench does after a look: stop-promote, stop-futility or continue, for the whole candidate side."""
+
+    action: str
+    reasons: tuple[str, ...]
+
+
+def looks(plan: SamplingParams) -> tuple[int, ...]:
+    """Candidate runs per (task, arm) at each planned look: `first`, then `batch` more each time, ending at
+    `runs`. One look, `runs`, when sequential sampling is off (or `first` already reaches `runs`)."""
+    seq = plan.sequential
+    if not seq.enabled or seq.first >= plan.runs:
+        return (plan.runs,)
+    return (*range(seq.first, plan.runs, seq.batch), plan.runs)
+
+
+def interim(incumbent_rows: Iterable[Mapping[str, Any]], candidate_rows: Iterable[Mapping[str, Any]],
+            pairs: Mapping[str, str], look: int, plan: SamplingParams) -> Interim:
+    """Whether the candidate side stops after `look` (1-based, of `looks(plan)`), from every row so far.
+
+    The bench calls it after each look with the incumbent side's rows (all `sampling.runs` of them; evidence
+    tasks are ignored: only tasks with candidate rows count), the candidate side's rows up to this look, and
+    `pairs` (candidate arm -> incumbent arm, skillevo.arms), then runs `batch` more candidate runs per cell on
+    continue, or stops and writes `record(plan, look, action)` as bench.json's `sequential`. At the last look
+    the side stops whatever the action (continue is recorded as "max").
+
+    Per arm, on valid runs (skillevo.results.is_excluded), the stratified log-ratio test of
+    `sampling.sequential.metric` at the look's O'Brien-Fleming-type level for `sampling.sequential.alpha`:
+    - efficacy: the test rejects "not cheaper", the estimate reaches `min_improvement_pct`, and the resolution
+      drop's upper bound at the same level is within `max_resolution_drop_pct` (what the gate will ask, so an
+      early stop is not wasted);
+    - futility (before the last look): the p-value is above `futility_p_value`, or a valid run has the metric
+      unmeasured or not positive (the gate never promotes on such a run, and the run stays).
+    Apply needs every arm, so one futile arm stops the side as futile; it stops to promote only when every arm
+    is efficacious. An arm with a task that has no valid run yet on either side can be neither: continue.
+    Reads sampling params only: the gate stays the judge (docs/gate.md, sequential runs).
+    """
+    seq, planned = plan.sequential, looks(plan)
+    if not seq.enabled:
+        raise BadInput("interim: sampling.sequential.enabled is false, so the candidate side has no looks "
+                       "(rule: sequential sampling)")
+    if not 1 <= look <= len(planned):
+        raise BadInput(f"interim: look {look} is not one of the {len(planned)} planned looks {list(planned)} "
+                       "(rule: planned looks)")
+    candidate_rows, incumbent_rows = list(candidate_rows), list(incumbent_rows)
+    runs, last = planned[look - 1], look == len(planned)
+    past = [row for row in candidate_rows if row["run"] > runs]
+    if past:
+        raise BadInput(f"interim: candidate row {past[0]['task']}/{past[0]['arm']}/run{past[0]['run']} is past "
+                       f"look {look}'s {runs} runs (rule: a look sees only its own runs)")
+    level = stats.look_levels(planned, seq.alpha)[look - 1]
+    tasks = sorted({row["task"] for row in candidate_rows})
+    verdicts = {arm: _look_arm(incumbent_rows, candidate_rows, tasks, incumbent, arm, level, last, plan)
+                for arm, incumbent in sorted(pairs.items())}
+    reasons = tuple(f"{arm}: {why}" for arm, (_, why) in verdicts.items())
+    states = [state for state, _ in verdicts.values()]
+    if FUTILITY in states:
+        return Interim(FUTILITY, reasons)
+    if states and all(state == PROMOTE for state in states):
+        return Interim(PROMOTE, reasons)
+    return Interim(CONTINUE, reasons)
+
+
+def record(plan: SamplingParams, look: int, action: str) -> dict[str, Any]:
+    """bench.json's `sequential` object for a candidate side that stopped after `look` with `action`; the
+    side's `runs` stays `sampling.runs`, the last planned look (skillevo.results.sequential_record checks it)."""
+    planned = looks(plan)
+    if not 1 <= look <= len(planned) or action not in REASONS or (action == CONTINUE and look < len(planned)):
+        raise BadInput(f"record: a side stops at one of its looks {list(planned)} with a stop action, or at the "
+                       f"last with any (got look {look}, {action!r}) (rule: planned looks)")
+    return {"looks": list(planned), "stopped_at_look": look, "reason": REASONS[action]}
+
+
+def _look_arm(incumbent_rows: list[Mapping[str, Any]], candidate_rows: list[Mapping[str, Any]], tasks: list[str],
+              incumbent: str, candidate: str, level: float, last: bool, plan: SamplingParams) -> tuple[str, str]:
+    seq = plan.sequential
+    strata, counts = [], []
+    for task in tasks:
+        cells = [[row for row in rows if row["task"] == task and row["arm"] == arm and not is_excluded(row)]
+                 for rows, arm in ((incumbent_rows, incumbent), (candidate_rows, candidate))]
+        if not all(cells):
+            return CONTINUE, f"{task}: no valid run yet in {incumbent if not cells[0] else candidate}"
+        values = [[row[seq.metric] for row in cell] for cell in cells]
+        if any(v is None or v <= 0 for cell in values for v in cell):
+            return (CONTINUE if last else FUTILITY), (f"{task}: {seq.metric} is unmeasured or not positive in a valid "
+                                                       "run, and the gate never promotes on it")
+        strata.append((values[0], values[1]))
+        counts.append(tuple((sum(1 for row in cell if row["resolved"]), len(cell)) for cell in cells))
+    estimate = stats.log_ratio(strata, level)
+    if estimate is None:
+        return CONTINUE, f"the spread of {seq.metric} cannot be estimated yet"
+    quality = stats.quality(counts, level)
+    found = (f"{seq.metric} {estimate.improvement_pct:.1f}% cheaper, p={estimate.p_value:.3g} against the look's "
+             f"level {level:.3g}; resolution drop bound {quality.drop_upper_pct:.1f} points")
+    if (estimate.p_value <= level and estimate.improvement_pct >= seq.min_improvement_pct
+            and quality.drop_upper_pct <= seq.max_resolution_drop_pct):
+        return PROMOTE, f"efficacious ({found})"
+    if not last and estimate.p_value > seq.futility_p_value:
+        return FUTILITY, f"futile ({found}; above futility_p_value {seq.futility_p_value:g})"
+    return CONTINUE, f"undecided ({found})"
 
 
 @dataclass(frozen=True)
@@ -76,4 +188,25 @@ def preflight(rows: Iterable[Mapping[str, Any]], gate_tasks: Iterable[str], samp
         warnings.append(f"{sampling.runs} runs on {len(gate_tasks)} gate task(s) are {sampling.runs * len(gate_tasks)}"
                         f" runs per arm: a resolution drop of {policy.max_resolution_drop_pct:g} points cannot be ruled"
                         f" out with fewer than {needed}, so no candidate can be promoted; raise sampling.runs")
+    warnings += sequential_warnings(sampling, policy)
     return Preflight(len(gate_tasks), sampling.runs, log_sd, source, detectable, needed, tuple(warnings))
+
+
+def sequential_warnings(sampling: SamplingParams, policy: Policy) -> list[str]:
+    """Where interim's stopping rule disagrees with the gate that will judge the stopped side: alpha is kept
+    either way, but an early stop the gate will not promote is money spent for nothing."""
+    seq = sampling.sequential
+    if not seq.enabled:
+        return []
+    warnings = [] if seq.metric == policy.metric else [
+        f"sampling.sequential.metric {seq.metric} is not gate.metric {policy.metric}: the looks test another metric"]
+    for key, mine, theirs in (("alpha", seq.alpha, policy.cost_alpha),
+                              ("min_improvement_pct", seq.min_improvement_pct, policy.min_improvement_pct),
+                              ("max_resolution_drop_pct", seq.max_resolution_drop_pct, policy.max_resolution_drop_pct)):
+        if not math.isclose(mine, theirs, abs_tol=1e-12):
+            warnings.append(f"sampling.sequential.{key} {mine:g} is not the gate's {theirs:g}: the bench may stop "
+                            "to promote where the gate will not, or go on where it would")
+    if looks(sampling)[0] < policy.min_runs:
+        warnings.append(f"sampling.sequential.first {sampling.sequential.first} is below gate.min_runs "
+                        f"{policy.min_runs}: a side stopped at the first look is insufficient evidence")
+    return warnings

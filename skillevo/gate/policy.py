@@ -14,7 +14,7 @@ from typing import Any
 
 from skillevo import stats
 from skillevo.config import Policy
-from skillevo.gate import seed_rule, stratified
+from skillevo.gate import looks, seed_rule, stratified
 from skillevo.gate.verdict import (
     INSUFFICIENT_EVIDENCE,
     KEEP_INCUMBENT,
@@ -42,20 +42,23 @@ def metric_warning(policy: Policy) -> str | None:
 
 
 def decide(
-    aggregates: Aggregates, policy: Policy, *, benchmark_model: str, candidate_arms: Sequence[str]
+    aggregates: Aggregates, policy: Policy, *, benchmark_model: str, candidate_arms: Sequence[str],
+    sequential: Mapping[str, Any] | None = None,
 ) -> list[dict[str, Any]]:
     """One decision per candidate arm, each against its paired incumbent arm, in the given arm order."""
     return [
         decide_arm(aggregates, policy, benchmark_model=benchmark_model, incumbent_arm=incumbent_arm_of(arm),
-                   candidate_arm=arm)
+                   candidate_arm=arm, sequential=sequential)
         for arm in candidate_arms
     ]
 
 
 def decide_arm(
-    aggregates: Aggregates, policy: Policy, *, benchmark_model: str, incumbent_arm: str, candidate_arm: str
+    aggregates: Aggregates, policy: Policy, *, benchmark_model: str, incumbent_arm: str, candidate_arm: str,
+    sequential: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """The decision object for one candidate arm; `aggregates` maps (task, arm) to an aggregate."""
+    """The decision object for one candidate arm; `aggregates` maps (task, arm) to an aggregate, `sequential`
+    is the candidate side's look record (skillevo.results.sequential_record) or None for a fixed bench."""
     reasons: list[str] = []
     if is_floating(benchmark_model):
         reasons.append(f"benchmark model {benchmark_model!r} is not a pinned model id (empty, or a floating alias); "
@@ -71,16 +74,22 @@ def decide_arm(
     if not pairs:
         reasons.append(f"no paired task results were found for {incumbent_arm} and {candidate_arm}")
 
-    estimate = _estimate(pairs, policy.metric, policy.cost_alpha)
-    quality = _quality(pairs, policy.alpha)
-    protocol = _estimate(pairs, policy.metric, policy.cost_alpha, skill_loaded=True)
+    level = looks.levels(policy, sequential)
+    estimate = _estimate(pairs, policy.metric, level.cost)
+    quality = _quality(pairs, level.drop)
+    protocol = _estimate(pairs, policy.metric, level.cost, skill_loaded=True)
     if policy.policy == "seed":
         verdict = seed_rule.judge(pairs, policy)
     else:
-        verdict = stratified.judge(pairs, policy, estimate, quality)
+        verdict = stratified.judge(pairs, policy, estimate, quality, level)
     decision = INSUFFICIENT_EVIDENCE if reasons else verdict.decision
     excluded = sum(agg["excluded_runs"] for pair in pairs for agg in (pair.incumbent, pair.candidate))
     notes = [f"{excluded} run(s) excluded as harness faults (docs/formats.md, missing data)"] if excluded else []
+    if sequential is not None:
+        notes.append(f"the candidate side stopped at look {sequential['stopped_at_look']} of "
+                     f"{len(sequential['looks'])} ({sequential['reason']}); "
+                     + ("the seed rule takes no account of it" if policy.policy == "seed" else
+                        f"tested at that look's {policy.look_boundary} level"))
     per_task = estimate.per_task if estimate else (None,) * len(pairs)
     return {
         "incumbent_arm": incumbent_arm,
@@ -90,9 +99,9 @@ def decide_arm(
         "metric": policy.metric,
         "metric_warning": metric_warning(policy),
         "reasons": reasons + verdict.reasons + notes,
-        "estimate": estimate.to_dict(policy.cost_alpha) if estimate else None,
+        "estimate": estimate.to_dict(level.cost) if estimate else None,
         "quality": quality.to_dict() if quality else None,
-        "per_protocol": protocol.to_dict(policy.cost_alpha) if protocol else None,
+        "per_protocol": protocol.to_dict(level.cost) if protocol else None,
         "seed": verdict.summary,
         "tasks": [_task_row(pair, task_estimate, (verdict.rows or {}).get(pair.task))
                   for pair, task_estimate in zip(pairs, per_task, strict=True)],

@@ -14,6 +14,7 @@ from typing import Any
 from skillevo import documents, safefs
 from skillevo.config import Policy
 from skillevo.errors import BadInput
+from skillevo.gate import looks
 from skillevo.gate.policy import decide, decide_arm
 from skillevo.gate.verdict import PROMOTE
 from skillevo.layout import incumbent_arm_of
@@ -23,6 +24,7 @@ from skillevo.results import (
     Side,
     aggregate,
     median,
+    sequential_record,
     served_models,
 )
 from skillevo.schemas import first_error, schema_validator, validate
@@ -40,6 +42,7 @@ BINDING_KEYS = (
     "task_bindings",
     "policy",
     "backend",
+    "sequential",
 )
 CLOCK_SKEW = timedelta(minutes=5)
 
@@ -76,6 +79,7 @@ def pipeline_bindings(freeze: Mapping[str, Any], bench: Mapping[str, Any], polic
         "task_bindings": bench["task_bindings"],
         "policy": policy.to_dict(),
         "backend": bench["model"],
+        "sequential": looks.binding(policy, bench.get("sequential")),
     }
 
 
@@ -111,6 +115,14 @@ def build_promotion(
     if candidate.bench["skills_digest"] != incumbent.bench["skills_digest"]:
         raise BadInput(f"{candidate.directory / 'bench.json'}: $.skills_digest is not the incumbent side's: the "
                        "candidate must run exactly the incumbent skills plus the frozen overlay (rule: one family)")
+    if sequential_record(incumbent) is not None:  # load_side refuses it too; a Side can be built without it
+        raise BadInput(f"{incumbent.directory / 'bench.json'}: $.sequential: only the candidate side runs in looks "
+                       "(rule: sequential sampling)")
+    record = sequential_record(candidate)
+    if record is not None and incumbent.bench["runs"] != record.looks[-1]:
+        raise BadInput(f"{incumbent.directory / 'bench.json'}: $.runs: is {incumbent.bench['runs']}, but the candidate "
+                       f"side's looks end at {record.looks[-1]}: the incumbent side runs every planned run "
+                       "(rule: sequential sampling)")
     incumbent_arms = {arm["name"] for arm in incumbent.bench["arms"]}
     candidate_arms = {arm["name"] for arm in candidate.bench["arms"]}
     if incumbent_arms & candidate_arms:
@@ -125,6 +137,7 @@ def build_promotion(
         policy,
         benchmark_model=bindings["benchmark_model"],
         candidate_arms=bindings["required_candidate_arms"],
+        sequential=None if record is None else record.to_dict(),
     )
     generated = now.astimezone(timezone.utc).replace(microsecond=0)
     promotion = {
@@ -173,6 +186,7 @@ def recompute_decisions(promotion: Mapping[str, Any]) -> list[dict[str, Any]]:
                 benchmark_model=promotion["benchmark_model"],
                 incumbent_arm=stored["incumbent_arm"],
                 candidate_arm=stored["candidate_arm"],
+                sequential=promotion["sequential"],
             )
         )
     return recomputed
@@ -229,9 +243,21 @@ def _check_decisions(promotion: Mapping[str, Any]) -> None:
         for j, row in enumerate(stored["tasks"]):
             for side in ("incumbent", "candidate"):
                 _check_aggregate(row[side], f"{where}.tasks[{j}].{side}")
+        _check_look(promotion["sequential"], stored, where)
         difference = first_difference(stored, recomputed, where)
         if difference:
             raise PromotionRefused(f"{difference}: the stored decision does not follow from its embedded aggregates")
+
+
+def _check_look(sequential: Mapping[str, Any] | None, stored: Mapping[str, Any], where: str) -> None:
+    """The candidate's runs are the stopped look's: a later look's laxer level never judges fewer runs."""
+    if sequential is None:
+        return
+    reach = sequential["looks"][sequential["stopped_at_look"] - 1]
+    found = max((row["candidate"]["runs"] for row in stored["tasks"]), default=reach)
+    if found != reach:
+        raise PromotionRefused(f"{where}.tasks: the candidate ran {found} runs in a cell, but look "
+                               f"{sequential['stopped_at_look']} is {reach} runs per cell")
 
 
 def _check_aggregate(agg: Mapping[str, Any], where: str) -> None:

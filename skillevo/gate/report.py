@@ -107,6 +107,8 @@ def render_report(promotion: Mapping[str, Any], totals: Mapping[str, Mapping[str
     if backend["simulated"]:
         lines += [SIMULATED_NOTICE, ""]
     lines += [f"- **{d['candidate_arm']}: {d['decision']}** — {_headline(d)}" for d in promotion["decisions"]]
+    if promotion["sequential"]:
+        lines += ["", sequential_line(promotion["sequential"], promotion["policy"])]
     lines += ["", "![estimated improvement per task, with intervals](plots/improvement.svg)"]
     for decision in promotion["decisions"]:
         lines += ["", *_decision_section(decision)]
@@ -131,6 +133,20 @@ def render_report(promotion: Mapping[str, Any], totals: Mapping[str, Mapping[str
             f"${figures_['total_cost_usd']:.4f} measured ({figures_['unmeasured_cost_runs']} runs unmeasured)"
         )
     return "\n".join(lines) + "\n"
+
+
+def sequential_line(sequential: Mapping[str, Any], policy: Mapping[str, Any]) -> str:
+    """Which look the candidate side stopped at and what that did to the levels: a stopped side is tested
+    more strictly than a fixed one (docs/gate.md, sequential runs)."""
+    looks, look = sequential["looks"], sequential["stopped_at_look"]
+    alone = (f"resolution alone at {sequential['quality_alone_level']:.3g}" if sequential["quality_alone_level"]
+             else "no promotion on resolution alone before the last look")
+    fixed = policy["alpha"] - policy["quality_promotion_alpha"]
+    return (f"**Sequential:** the candidate side stopped at look {look} of {len(looks)} ({looks[look - 1]} of "
+            f"{looks[-1]} runs per cell; planned looks at {', '.join(map(str, looks))} runs; reason: "
+            f"{sequential['reason']}). At that look's {sequential['boundary']} boundary the metric is tested at "
+            f"level {sequential['cost_level']:.4g} (fixed design: {fixed:.4g}), the resolution drop bounded at "
+            f"{100 * (1 - sequential['drop_level']):.4g}% confidence, {alone}.")
 
 
 def overlay_section(manifest: Mapping[str, Any]) -> list[str]:

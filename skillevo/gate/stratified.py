@@ -5,6 +5,8 @@ when a stratified one-sided test rejects "not cheaper" at alpha less the share r
 resolution alone only when its own stratified test rejects "resolves no more" at that share. Apply needs every
 required arm, so over arms this is an intersection-union test and needs no correction. Quality comes first: a
 significant drop in resolution, or one that the runs cannot bound within the stated margin, never promotes.
+A candidate side stopped at one of its planned looks is judged by the same rule at that look's levels
+(skillevo/gate/looks.py), which keeps the same alpha whatever stopped it.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from collections.abc import Sequence
 
 from skillevo import stats
 from skillevo.config import Policy
+from skillevo.gate.looks import Levels
 from skillevo.gate.verdict import (
     INSUFFICIENT_EVIDENCE,
     KEEP_INCUMBENT,
@@ -22,8 +25,10 @@ from skillevo.gate.verdict import (
 )
 
 
-def judge(pairs: Sequence[Pair], policy: Policy, estimate: stats.Estimate | None, quality: stats.Quality | None
-          ) -> Verdict:
+def judge(pairs: Sequence[Pair], policy: Policy, estimate: stats.Estimate | None, quality: stats.Quality | None,
+          levels: Levels) -> Verdict:
+    """`levels` are the fixed design's (alpha's shares) or, for a sequential candidate side, its stopped look's
+    (skillevo/gate/looks.py); `estimate` and `quality` were computed at them."""
     metric = policy.metric
     reasons = _missing_data(pairs, policy)
     if not reasons and estimate is None:
@@ -40,21 +45,21 @@ def judge(pairs: Sequence[Pair], policy: Policy, estimate: stats.Estimate | None
                                         f"{policy.quality_alpha:g}"])
     if q.drop_upper_pct > policy.max_resolution_drop_pct:
         bound = (f"a resolution drop of up to {q.drop_upper_pct:.1f} points cannot be ruled out at "
-                 f"{100 * (1 - policy.alpha):g}% confidence ({shares}; at most {policy.max_resolution_drop_pct:g} "
+                 f"{100 * (1 - levels.drop):.4g}% confidence ({shares}; at most {policy.max_resolution_drop_pct:g} "
                  "allowed)")
         if q.drop_pct > 0:
             return Verdict(KEEP_INCUMBENT, [f"resolution fell by {q.drop_pct:.1f} points and {bound}"])
-        needed = stats.runs_to_bound_drop(policy.max_resolution_drop_pct, policy.alpha)
+        needed = stats.runs_to_bound_drop(policy.max_resolution_drop_pct, levels.drop)
         return Verdict(INSUFFICIENT_EVIDENCE, [f"{bound}: even with every run resolved it takes at least {needed} "
                                                "valid runs per arm over all tasks; raise sampling.runs"])
 
-    level = policy.cost_alpha
+    level = levels.cost
     found = (f"{metric}: estimated improvement {estimate.improvement_pct:.1f}% ({100 * (1 - 2 * level):g}% "
              f"interval {estimate.interval_pct[0]:.1f}% to {estimate.interval_pct[1]:.1f}%), one-sided "
              f"p={estimate.p_value:.3g} against 'not cheaper' at level {level:.3g}")
     if estimate.p_value <= level and estimate.improvement_pct >= policy.min_improvement_pct:
         return Verdict(PROMOTE, [f"{found}; at least {policy.min_improvement_pct:g}% required"])
-    alone = policy.quality_promotion_alpha
+    alone = levels.quality_alone
     if (alone > 0 and q.increase_p_value is not None and q.increase_p_value <= alone
             and estimate.p_value_worse > level):
         return Verdict(PROMOTE, [f"resolution rose ({shares}): the stratified test for an increase gives "
