@@ -18,6 +18,7 @@ from pathlib import Path
 
 from skillevo import layout, stage
 from skillevo.bench.side import plan, run_side
+from skillevo.results import load_side
 
 
 def parser() -> argparse.ArgumentParser:
@@ -27,6 +28,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--tasks", type=Path, default=layout.TASKS_FILE, help="tasks file [%(default)s]")
     stage.family_options(p, mirrors=False)
     p.add_argument("--overlay", type=Path, default=None, help="frozen overlay directory, candidate side only")
+    p.add_argument("--incumbent", type=Path, default=None,
+                   help="the incumbent side's directory: a sequential candidate side (params sampling.sequential) "
+                        "decides after each look against it")
     p.add_argument("--params", type=Path, default=layout.PARAMS, help="[%(default)s]")
     p.add_argument("--modes", type=Path, default=layout.MODES,
                    help="the family's recorded execute bits, which must match it (`make modes`) [%(default)s]")
@@ -44,7 +48,10 @@ def run(args: argparse.Namespace) -> str:
     out = args.out or layout.BENCH[args.side]
     side_plan = plan(args.side, args.tasks, stage.skills_dir(args, params), args.overlay, params, args.include_expensive,
                      modes=args.modes)
-    rows = run_side(side_plan, params, out, store=args.store)
+    incumbent = None
+    if args.side == "candidate" and params.sampling.sequential.enabled and args.incumbent is not None:
+        incumbent = load_side(args.incumbent, "incumbent").rows
+    rows = run_side(side_plan, params, out, store=args.store, incumbent_rows=incumbent)
     return f"bench {args.side}: {len(rows)} cells, {sum(r['resolved'] for r in rows)} resolved; report: {out / 'report.md'}"
 
 

@@ -13,7 +13,7 @@ import signal
 import sys
 import tempfile
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,7 +22,7 @@ from typing import Any
 from tqdm import tqdm
 
 from skillevo import arms as arms_mod
-from skillevo import cellstore, documents, frontmatter, harness, layout, models, safefs, sandbox, workspace
+from skillevo import cellstore, documents, frontmatter, harness, layout, models, safefs, sampling, sandbox, workspace
 from skillevo import modes as modes_mod
 from skillevo import tasks as tasks_mod
 from skillevo.agent import cli
@@ -289,10 +289,50 @@ def _serve(store: cellstore.Store | None, cells: list[CellSpec], ctx: cellstore.
     return keys, served
 
 
+def _looks(p: SidePlan, params: Params, incumbent_rows: Sequence[Mapping[str, Any]] | None) -> tuple[int, ...]:
+    """The runs per cell at each look: the candidate side runs in looks when params sampling.sequential says so
+    (skillevo.sampling), every other side in one."""
+    if p.side != "candidate" or not params.sampling.sequential.enabled:
+        return (p.runs,)
+    if incumbent_rows is None:
+        raise BadInput("sampling.sequential is enabled: the candidate side needs --incumbent, the incumbent side's "
+                       "directory, to decide after each look (rule: sequential sampling)")
+    return sampling.looks(params.sampling)
+
+
+def _run_looks(p: SidePlan, params: Params, cells: list[CellSpec], looks: tuple[int, ...],
+               served: dict[str, CellResult], writer: _Writer, runner: Executor, cancel: threading.Event,
+               incumbent_rows: Sequence[Mapping[str, Any]] | None, quiet: bool) -> tuple[int, dict[str, Any] | None]:
+    """Serve or pay for the cells look by look; after each look but the last, sampling.interim says whether the
+    side stops. Returns how many cells were scheduled, and the sequential record (None for one look)."""
+    scheduled, previous = 0, 0
+    pairs = {arm.name: arm.incumbent for arm in p.arms}
+    for look, runs in enumerate(looks, start=1):
+        batch = [c for c in cells if previous < c.run <= runs]
+        scheduled += len(batch)
+        for cell in batch:
+            if cell.name in served:
+                writer(cell, served[cell.name], served=True)
+        runner.run([c for c in batch if c.name not in served], writer, cancel)
+        previous = runs
+        if len(looks) == 1 or cancel.is_set() or writer.outage:
+            return scheduled, None
+        step = sampling.interim(incumbent_rows or (), [dict(r) for r in writer.rows], pairs, look, params.sampling)
+        if not quiet:
+            tqdm.write(f"bench: look {look} of {len(looks)} ({runs} runs per cell): {step.action}; "
+                       + "; ".join(step.reasons), file=sys.stderr)
+        if step.action != sampling.CONTINUE or look == len(looks):
+            return scheduled, sampling.record(params.sampling, look, step.action)
+    raise AssertionError("unreachable: the last look always stops")
+
+
 def run_side(p: SidePlan, params: Params, out: Path, *, executor: Executor | None = None, quiet: bool = False,
-             scratch_root: Path | None = None, store: Path | None = None) -> list[dict[str, Any]]:
+             scratch_root: Path | None = None, store: Path | None = None,
+             incumbent_rows: Sequence[Mapping[str, Any]] | None = None) -> list[dict[str, Any]]:
     """Run the side into `out`. With a cell `store`, cells stored there are served instead of paid for, and every
-    paid cell that measured something is stored as it ends."""
+    paid cell that measured something is stored as it ends. A sequential candidate side (params
+    sampling.sequential) runs in looks against `incumbent_rows`, stopping when sampling.interim says so."""
+    looks = _looks(p, params, incumbent_rows)
     sandbox.preflight()
     cli.locate()
     cells_store = cellstore.Store(store) if store is not None else None
@@ -311,14 +351,12 @@ def run_side(p: SidePlan, params: Params, out: Path, *, executor: Executor | Non
         keys, served = _serve(cells_store, cells, store_context(params, p, noise), params.gate.max_age_days, quiet)
         staging = _staging(out)
         stack.callback(safefs.remove_tree, staging)  # renamed away on every path that keeps it
-        served_names = {cell.name for cell, _ in served}
         with _cancel_on_signals() as cancel:
             writer = _Writer(staging, len(cells), quiet, cancel, params.bench.max_consecutive_failures, cells_store,
                              keys)
             try:
-                for cell, result in served:
-                    writer(cell, result, served=True)
-                runner.run([c for c in cells if c.name not in served_names], writer, cancel)
+                scheduled, sequential = _run_looks(p, params, cells, looks, {c.name: r for c, r in served}, writer,
+                                                   runner, cancel, incumbent_rows, quiet)
             finally:
                 writer.close()
             kept = (f"{len(writer.rows)} of {len(cells)} cells finished ({writer.served} served from the cell store, "
@@ -344,7 +382,7 @@ def run_side(p: SidePlan, params: Params, out: Path, *, executor: Executor | Non
             "runs": p.runs, "arms": [a.describe() for a in p.arms], "task_bindings": [t.binding for t in p.tasks],
             "skipped_tasks": p.skipped, "task_split": p.split.to_dict(), "overlay_digest": p.overlay_digest,
             "skills_digest": p.skills_digest, "served_models": served_models(rows),
-            "limits": params.bench.limits.enforced(), "cells": len(cells), "rows": len(rows),
+            "limits": params.bench.limits.enforced(), "cells": scheduled, "rows": len(rows), "sequential": sequential,
             "simulator": noise.provenance() if noise else None, "replicate": params.sampling.replicate,
             "cell_store": None if cells_store is None else {"served": writer.served, "paid": len(rows) - writer.served,
                                                             "stored": writer.stored},

@@ -1,0 +1,62 @@
+"""A sequential candidate side, end to end with the real CLI: it runs in looks, asks sampling.interim after each,
+stops paying when the answer is known, and records the look it stopped at for the gate."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from skillevo.bench.side import plan, run_side
+from skillevo.errors import BadInput
+from skillevo.results import load_side, sequential_record
+from skillevo import config
+from tests.bench_fixtures import ROOT, make_mini, params_doc
+
+pytestmark = [pytest.mark.cli, pytest.mark.bwrap]
+SEQUENTIAL = {"runs": 6, "sequential": {"enabled": True, "first": 2, "batch": 2}}
+HARMLESS = "\nKeep your final message short.\n"
+
+
+def _params():
+    doc = params_doc(simulator={"noise": "demo"}, tasks={"gate": ["greet"], "evidence": []})
+    doc["sampling"].update(SEQUENTIAL)
+    return config.parse(doc)
+
+
+@pytest.fixture(scope="module")
+def sides(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("sequential")
+    tasks_file = make_mini(tmp)
+    p = _params()
+    incumbent = run_side(plan("incumbent", tasks_file, ROOT / "skills", None, p), p, tmp / "incumbent", quiet=True)
+    null = tmp / "null-overlay/work"
+    null.mkdir(parents=True)
+    (null / "SKILL.md").write_text((ROOT / "skills/work/SKILL.md").read_text() + HARMLESS)
+    return tmp, tasks_file, p, incumbent
+
+
+def _candidate(sides, overlay: Path, name: str) -> Path:
+    tmp, tasks_file, p, incumbent = sides
+    out = tmp / name
+    run_side(plan("candidate", tasks_file, ROOT / "skills", overlay, p), p, out, quiet=True, incumbent_rows=incumbent,
+             store=tmp / "store")
+    return out
+
+
+def test_a_null_candidate_stops_for_futility_at_the_first_look(sides):
+    out = _candidate(sides, sides[0] / "null-overlay", "null")
+    bench = json.loads((out / "bench.json").read_text())
+    assert bench["sequential"] == {"looks": [2, 4, 6], "stopped_at_look": 1, "reason": "futility"}
+    rows = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
+    assert {r["run"] for r in rows} == {1, 2} and bench["cells"] == bench["rows"] == len(rows)
+    record = sequential_record(load_side(out, "candidate"))  # what the gate will read: consistent with the rows
+    assert record is not None and record.runs == 2
+
+
+def test_a_sequential_candidate_side_needs_the_incumbent(sides):
+    tmp, tasks_file, p, _ = sides
+    with pytest.raises(BadInput, match="needs --incumbent"):
+        run_side(plan("candidate", tasks_file, ROOT / "skills", ROOT / "tests/overlays/known-better", p), p,
+                 tmp / "nothing", quiet=True)
