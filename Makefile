@@ -15,7 +15,7 @@ export PATH := $(abspath $(VENV))/bin:$(PATH)
 export SKILLEVO_CLAUDE := $(abspath $(CLAUDE_BIN))
 export DVC_NO_ANALYTICS := 1
 
-.PHONY: setup system-packages demo repro apply revert evolve report push pull gc session-demo test bench-session bench-cells bench-pipeline gate-study demo-seeds plots modes clean
+.PHONY: setup system-packages demo repro apply revert evolve report push pull gc session-demo test bench-session bench-cells bench-pipeline gate-study demo-seeds bench-economy plots modes clean
 setup: system-packages $(INSTALLED) $(CLAUDE_BIN)
 
 # bwrap, socat (the model relay and Claude's inner sandbox), git, and Debian's python3 with pytest (what
@@ -126,6 +126,11 @@ gate-study: setup
 SEEDS ?= 20
 demo-seeds: setup
 	$(PY) -m benchmarks.demo_seeds --seeds $(SEEDS)
+
+# Paid sessions per decision over a scripted 3-generation schedule: ours (cell store + sequential runs) against
+# re-running the incumbent every generation at equal power, and the seed's way for reference (~10 min a seed).
+bench-economy: setup
+	$(PY) -m benchmarks.economy --seeds $(or $(ECONOMY_SEEDS),3)
 
 bench-cells: setup
 	$(PY) -m benchmarks.bench_cells $(if $(EXECUTOR),--executor $(EXECUTOR))
