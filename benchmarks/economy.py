@@ -111,6 +111,9 @@ def schedule(clone: Path, seed: int, way: str, runs: int) -> dict:
                                     load_freeze(frozen / "manifest.json"), p.gate, now=datetime.now(timezone.utc))
         decision = "promote" if all(d["decision"] == "promote" for d in promotion["decisions"]) else "keep"
         decisions.append((kind, decision))
+        for d in promotion["decisions"]:
+            print(f"  gen {g} ({kind}) {way}: {d['candidate_arm']} {d['decision']}: {(d['reasons'] or [''])[0]}",
+                  flush=True)
         runs_used.append(max(json.loads(line)["run"] for line in (cand / "results.jsonl").read_text().splitlines()))
     os.chdir(ROOT)
     return {"paid": paid, "decisions": decisions, "candidate_runs": runs_used}
