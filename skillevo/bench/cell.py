@@ -143,10 +143,13 @@ def _add_session(row: dict[str, Any], artifacts: dict[str, bytes], rec: dict[str
 
 def _endpoint(spec: CellSpec, session: int) -> str:
     """The session's base URL; on the simulator it names the cell and session (which seeds the session's noise),
-    set here on the host, out of the agent's reach."""
+    set here on the host, out of the agent's reach. A candidate's cells are named with its overlay digest too:
+    each candidate is measured by sessions of its own, as with a real model, so two generations' candidates never
+    share their luck."""
     if not spec.model.simulated:
         return spec.model.endpoint
-    return spec.model.endpoint.rstrip("/") + route(spec.task.id, spec.arm.name, spec.run, session)
+    arm = spec.arm.name if spec.overlay_digest is None else f"{spec.arm.name}@{spec.overlay_digest}"
+    return spec.model.endpoint.rstrip("/") + route(spec.task.id, arm, spec.run, session)
 
 
 def _sessions(spec: CellSpec, ws: Path, row: dict, artifacts: dict, credential: Credential | None,
