@@ -232,7 +232,9 @@ def test_evolve_hands_every_rejection_on_leaves_dvc_clean_and_a_teammate_reprodu
         (clone / rel).write_text(better)
     doc = yaml.safe_load((clone / "params.yaml").read_text())
     doc["sampling"]["runs"], doc["gate"]["min_runs"] = 1, 1  # mechanics, not statistics: keep CI short
-    doc["arms"] = {"workflow": doc["arms"]["workflow"]}  # one arm: 29 sessions in all instead of 46
+    doc["arms"] = {"workflow": doc["arms"]["workflow"]}  # one arm and one gate task: 17 sessions in all, not 46
+    doc["tasks"]["gate"], doc["tasks"]["evidence"] = doc["tasks"]["gate"][:1], [*doc["tasks"]["gate"][1:],
+                                                                              *doc["tasks"]["evidence"]]
     (clone / "params.yaml").write_text(yaml.safe_dump(doc, sort_keys=False))
     git = ["git", "-c", "user.name=t", "-c", "user.email=t@t"]
     run([*git, "commit", "-qam", "an unimprovable incumbent"], clone)
@@ -273,7 +275,12 @@ def test_evolve_hands_every_rejection_on_leaves_dvc_clean_and_a_teammate_reprodu
     out = run([DVC, "repro", "--pull"], teammate, SKILLEVO_SIMULATOR_SESSION_LOG=str(log))
     assert ran(out) == set() and sessions(log) == 0
     assert (teammate / "dvc.lock").read_bytes() == (clone / "dvc.lock").read_bytes()
+    status = run([DVC, "status"], teammate)  # only the archive, which no stage reads, waits for `make pull`
+    assert re.sub(r"WARNING: stage: 'apply' is frozen.*\n", "", status).split() == \
+        ["generations.dvc:", "changed", "outs:", "not", "in", "cache:", "generations"], status
+    make(teammate, "pull")
     assert "Data and pipelines are up to date" in run([DVC, "status"], teammate)
+    assert sorted(p.name for p in (teammate / "generations").iterdir()) == ["gen-001", "gen-002", "gen-003"]
     assert (teammate / "previous/memory/rejected.json").read_bytes() == \
         (clone / "previous/memory/rejected.json").read_bytes()
     assert (teammate / "results/gate/promotion.json").read_bytes() == (clone / "results/gate/promotion.json").read_bytes()
