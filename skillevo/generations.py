@@ -31,7 +31,7 @@ from typing import Any
 
 from skillevo import config, documents, layout, memory, safefs, stage
 from skillevo.digests import sha256_file
-from skillevo.errors import SkillevoError
+from skillevo.errors import BadInput, SkillevoError
 
 RESULTS = layout.RESULTS
 PREVIOUS = layout.PREVIOUS
@@ -140,7 +140,8 @@ def rejections(archive_dir: Path = ARCHIVE, params: Path = layout.PARAMS) -> lis
     family, executables, digest = _incumbent(params)
     out = []
     for gen in sorted(archive_dir.glob("gen-*"), reverse=True):
-        if not ((gen / "gate/promotion.json").is_file() and (gen / "bench-candidate/bench.json").is_file()):
+        number = re.fullmatch(r"gen-(\d+)", gen.name)
+        if not (number and (gen / "gate/promotion.json").is_file() and (gen / "bench-candidate/bench.json").is_file()):
             continue
         bench = _json(gen / "bench-candidate/bench.json")
         promotion = _json(gen / "gate/promotion.json")
@@ -150,8 +151,8 @@ def rejections(archive_dir: Path = ARCHIVE, params: Path = layout.PARAMS) -> lis
         if overlay is None:
             print(f"   {gen}: no archived overlay has the digest its gate bound; left out of the memory", flush=True)
             continue
-        number = int(gen.name.removeprefix("gen-"))
-        out.append((gen, memory.entry(number, digest, family, executables, *overlay, promotion["decisions"])))
+        out.append((gen, memory.entry(int(number.group(1)), digest, family, executables, *overlay,
+                                      promotion["decisions"])))
     return out
 
 
@@ -160,6 +161,10 @@ def hand_on(archive_dir: Path = ARCHIVE, previous: Path = PREVIOUS, params: Path
     candidate side, verdict and proposal, and every rejected candidate in rejected.json. Returns whether a memory
     exists (False: a cold start, nothing written). It is a function of generations/ and skills/ alone, so running it
     again changes nothing; anything else in previous/ (an older layout) is removed."""
+    tracked = archive_dir.with_suffix(".dvc")
+    if tracked.exists() and not archive_dir.is_dir():
+        raise BadInput(f"{archive_dir}: {tracked} tracks it but it is not in this checkout; run `make pull` first, or "
+                       "the memory would be rebuilt without the generations it remembers (rule: the whole archive)")
     found = rejections(archive_dir, params)
     target = previous / MEMORY.relative_to(PREVIOUS)
     previous.mkdir(exist_ok=True)
