@@ -180,7 +180,8 @@ def hand_on(archive_dir: Path = ARCHIVE, previous: Path = PREVIOUS, params: Path
         for src, dst in HANDED_ON.items():
             if (newest / src).exists():
                 _copy(newest / src, target / dst)
-    safefs.write_atomic(target / memory.REJECTED_FILE, memory.dump([e for _, e in found], str(target)))
+    rejected = target / memory.REJECTED_FILE
+    safefs.write_atomic(rejected, memory.dump([e for _, e in found], str(rejected)))
     return True
 
 

@@ -26,7 +26,8 @@ from skillevo.evidence import make_bundle, write_bundle
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m stages.evidence", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--previous", type=Path, help=f"what the last generations handed on; missing or empty = cold start [{layout.MEMORY}]")
+    p.add_argument("--previous", type=Path,
+                   help=f"what the last generations handed on; missing or empty = cold start [{layout.MEMORY}]")
     p.add_argument("--incumbent", type=Path, help="this generation's incumbent side [none]")
     p.add_argument("--seed", type=Path, help="a seed results directory, instead of --previous/--incumbent [none]")
     p.add_argument("--learnings", type=Path, help="learnings queue, JSONL [learnings.jsonl, if it exists]")

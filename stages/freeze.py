@@ -6,8 +6,8 @@
 Writes <out>/overlay/ (files 0444) and <out>/manifest.json: the overlay digest, the candidate arms it
 requires, and the committed sha256 of every file an apply would replace (the canonical skills and every
 mirror). An overlay whose normalised diff equals a candidate the gate rejected for futility against the same
-incumbent (<previous>/rejected.json, which `make evolve` hands on) is refused. Exit 2 when the overlay breaks a rule (the message
-names the file and the rule).
+incumbent (<previous>/rejected.json, which `make evolve` hands on) is refused. Exit 2 when the overlay breaks a
+rule (the message names the file and the rule).
 """
 
 from __future__ import annotations
@@ -42,7 +42,8 @@ def parser() -> argparse.ArgumentParser:
 def run(args: argparse.Namespace) -> str:
     params = stage.load_params("freeze", args)
     manifest = freeze(args.overlay, params=params, tasks_file=args.tasks, repo=args.repo, out=args.out,
-                      session=None if args.hand_written else args.session, rejected=args.previous / memory.REJECTED_FILE)
+                      session=None if args.hand_written else args.session,
+                      rejected=args.previous / memory.REJECTED_FILE)
     return (f"freeze: overlay {manifest['overlay_digest'][:12]} ({len(manifest['files'])} file(s), "
             f"{manifest['changed_lines']} changed lines) -> {', '.join(manifest['required_candidate_arms'])}")
 
