@@ -70,6 +70,7 @@ class EvidenceParams:
     max_bundle_bytes: int
     max_learnings: int
     verify_tail_chars: int
+    max_rejected: int  # newest rejected candidates of this incumbent the proposer sees (skillevo.memory)
 
 
 @dataclass(frozen=True)

@@ -4,7 +4,9 @@ The manifest is what the candidate bench, the gate and apply trust: the overlay 
 requires, and the committed sha256 of every file an apply would replace (the canonical skill file and its
 copy in every mirror), or, for a file the overlay adds, that nothing is there at HEAD or in the working tree
 (null): apply creates it only where nothing is. A mirror is a byte copy of the canonical family: one that has
-drifted was never measured, so freeze refuses it rather than let apply overwrite it.
+drifted was never measured, so freeze refuses it rather than let apply overwrite it. An overlay that makes,
+once normalised, the change the gate already found futile against this incumbent (skillevo.memory) is refused:
+measuring it again would pay for a verdict we have.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-from skillevo import arms, documents, layout, overlay, safefs
+from skillevo import arms, documents, layout, memory, overlay, safefs
 from skillevo import tasks as tasks_mod
 from skillevo.config import Params
 from skillevo.digests import sha256_bytes
@@ -122,11 +124,30 @@ def proposer_model(session: Path) -> str:
     return record["model"]
 
 
+def _not_rejected(overlay_dir: Path, files: dict[str, bytes], executables: set[str], family: dict[str, bytes],
+                  family_executables: set[str], rejected: Path) -> None:
+    loaded = memory.load(rejected)
+    if loaded is None:
+        return
+    match = memory.futile_match(family, family_executables, files, executables, loaded[0])
+    if match is None:
+        return
+    changed = [rel for rel in sorted(files) if memory.normalised_diff(family, family_executables, {rel: files[rel]},
+                                                                       executables)]
+    futile = ", ".join(f"{d['candidate_arm']}: {d['decision']}" for d in match["decisions"])
+    raise overlay.OverlayRefused(
+        f"overlay file {', '.join(str(overlay_dir / rel) for rel in changed or sorted(files))}: makes the change of "
+        f"generation {match['generation']}'s candidate once normalised (docs/formats.md, Rejected candidates), which "
+        f"the gate rejected for futility against this same incumbent ({futile}; {rejected}) (rule: no futile "
+        "re-proposal)")
+
+
 def freeze(overlay_dir: Path, *, params: Params, tasks_file: Path, repo: Path, out: Path,
-           session: Path | None) -> dict[str, Any]:
+           session: Path | None, rejected: Path | None = None) -> dict[str, Any]:
     """Validate `overlay_dir`, write `<out>/overlay` (0444/0555) and `<out>/manifest.json`; return the manifest.
 
-    `session` is the proposer's session record (for its model); None for a hand-written candidate.
+    `session` is the proposer's session record (for its model); None for a hand-written candidate. `rejected` is
+    the generations' memory (previous/memory/rejected.json); a missing file means none yet.
     """
     limits = overlay.Limits.from_params(params)
     executables: set[str] = set()
@@ -137,6 +158,8 @@ def freeze(overlay_dir: Path, *, params: Params, tasks_file: Path, repo: Path, o
     evolvable = set(params.skills.evolvable)
     checked = overlay.validate(files, family, evolvable, OracleGuard.for_tasks(tasks), limits, params.skills.skills,
                                family_executables, executables)
+    if rejected is not None:
+        _not_rejected(overlay_dir, files, executables, family, family_executables, rejected)
     arms.check_skills(params.arms, layout.skill_names_in(family), params.source)
     required = arms.required_candidate_arms({layout.skill_of(rel) for rel in files}, params.arms)
     if not required:

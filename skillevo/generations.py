@@ -4,9 +4,12 @@
     python -m skillevo.generations report
     python -m skillevo.generations status
 
-Each generation is archived under generations/gen-NNN/ (tracked by DVC, so `make push` shares it). A
-generation that does not promote hands its candidate side, gate verdict and proposal to the next one
-through previous/, which the evidence stage reads.
+Each generation is archived under generations/gen-NNN/ (tracked by DVC, so `make push` shares it). At the start
+of each generation, before `dvc repro`, the memory is rebuilt from that archive: previous/memory/ gets the newest
+rejected generation's candidate side, gate verdict and proposal, and rejected.json every candidate rejected
+against the current incumbent (skillevo.memory); `dvc add` records it in previous/memory.dvc. Handing on at the
+start, not the end, keeps previous/ equal to what dvc.lock recorded, so `dvc status` is clean after evolve and a
+teammate's `dvc repro --pull` reproduces the last generation as it ran (docs/generations.md).
 
 Stopping at the first promotion is a repeated look: over five generations of candidates that are no better,
 a gate with a 5% error rate promotes one about 13-23% of the time (`make gate-study`). So a promotion found
@@ -26,16 +29,19 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from skillevo import config, documents, layout, safefs, stage
+from skillevo import config, documents, layout, memory, safefs, stage
 from skillevo.digests import sha256_file
-from skillevo.errors import SkillevoError
+from skillevo.errors import BadInput, SkillevoError
 
 RESULTS = layout.RESULTS
 PREVIOUS = layout.PREVIOUS
+MEMORY = layout.MEMORY
 ARCHIVE = Path("generations")
 HANDED_ON = {"bench-candidate": "bench-candidate", "gate": "gate", "proposal/proposal.md": "proposal.md"}
-ARCHIVED = ("gate", "proposal", "freeze/manifest.json", "evidence/manifest.json", "bench-candidate",
+ARCHIVED = ("gate", "proposal", "freeze/manifest.json", "freeze/overlay", "evidence/manifest.json", "bench-candidate",
             "bench-incumbent/bench.json", "bench-incumbent/report.md")
+KEPT_IN_PREVIOUS = frozenset({"README.md", "memory", "memory.dvc", ".gitignore"})  # git's files, and the memory
+MAX_OVERLAY_BYTES = 8 << 20
 
 
 def _json(path: Path) -> Any:
@@ -51,9 +57,13 @@ def promoted(ds: list[dict[str, Any]]) -> bool:
 
 
 def _copy(src: Path, dst: Path) -> None:
+    """A plain copy: contents only, every file 0644 and directory 0755 (a frozen overlay's read-only modes stay in
+    results/, so the archive and the memory can be replaced)."""
     dst.parent.mkdir(parents=True, exist_ok=True)
     if src.is_dir():
         shutil.copytree(src, dst, copy_function=shutil.copyfile)
+        for sub in (dst, *(p for p in dst.rglob("*") if p.is_dir())):
+            sub.chmod(0o755)
     else:
         shutil.copyfile(src, dst)
 
@@ -100,13 +110,79 @@ def archive(results: Path = RESULTS, archive_dir: Path = ARCHIVE, confirms: int 
     return dest
 
 
-def hand_on(results: Path = RESULTS, previous: Path = PREVIOUS) -> None:
-    """Make this generation the next one's `previous/` (the README stays)."""
+def _incumbent(params: Path) -> tuple[dict[str, bytes], set[str], str]:
+    """The incumbent family as it is now: files, execute bits and the tree digest every bench.json records."""
+    p = config.load(params)
+    executables: set[str] = set()
+    family = layout.read_family(p.skills.skills, p.skills.frontmatter_keys, executables)
+    return family, executables, layout.tree_digest(family, executables)
+
+
+def _frozen_overlay(gen: Path, promotion: dict[str, Any]) -> tuple[dict[str, bytes], set[str]] | None:
+    """The overlay the gate judged: the archived frozen copy (its execute bits from the freeze manifest, as the
+    archive keeps none), or for an archive older than that copy the proposal's overlay; None if neither has the
+    digest the gate bound."""
+    manifest = _json(gen / "freeze/manifest.json") if (gen / "freeze/manifest.json").is_file() else {"files": []}
+    executables = {f["path"] for f in manifest["files"] if f["executable"]}
+    for where in (gen / "freeze/overlay", gen / "proposal/overlay"):
+        if where.is_dir():
+            files = safefs.read_tree(where, max_file_bytes=MAX_OVERLAY_BYTES, max_total_bytes=MAX_OVERLAY_BYTES,
+                                     what="archived overlay file")
+            if layout.tree_digest(files, executables) == promotion["overlay_digest"]:
+                return files, executables
+    return None
+
+
+def rejections(archive_dir: Path = ARCHIVE, params: Path = layout.PARAMS) -> list[tuple[Path, dict[str, Any]]]:
+    """(archived generation, memory entry) for every candidate rejected against the current incumbent, newest
+    first. A generation is a rejection when the gate promoted it on no arm or on only some (a confirmation that
+    did not repeat a promotion is one too)."""
+    family, executables, digest = _incumbent(params)
+    out = []
+    for gen in sorted(archive_dir.glob("gen-*"), reverse=True):
+        number = re.fullmatch(r"gen-(\d+)", gen.name)
+        if not (number and (gen / "gate/promotion.json").is_file() and (gen / "bench-candidate/bench.json").is_file()):
+            continue
+        bench = _json(gen / "bench-candidate/bench.json")
+        promotion = _json(gen / "gate/promotion.json")
+        if bench.get("skills_digest") != digest or promoted(promotion["decisions"]):
+            continue
+        overlay = _frozen_overlay(gen, promotion)
+        if overlay is None:
+            print(f"   {gen}: no archived overlay has the digest its gate bound; left out of the memory", flush=True)
+            continue
+        out.append((gen, memory.entry(int(number.group(1)), digest, family, executables, *overlay,
+                                      promotion["decisions"])))
+    return out
+
+
+def hand_on(archive_dir: Path = ARCHIVE, previous: Path = PREVIOUS, params: Path = layout.PARAMS) -> bool:
+    """Rebuild previous/memory/ from the archive for the current incumbent: the newest rejected generation's
+    candidate side, verdict and proposal, and every rejected candidate in rejected.json. Returns whether a memory
+    exists (False: a cold start, nothing written). It is a function of generations/ and skills/ alone, so running it
+    again changes nothing; anything else in previous/ (an older layout) is removed."""
+    tracked = archive_dir.with_suffix(".dvc")
+    if tracked.exists() and not archive_dir.is_dir():
+        raise BadInput(f"{archive_dir}: {tracked} tracks it but it is not in this checkout; run `make pull` first, or "
+                       "the memory would be rebuilt without the generations it remembers (rule: the whole archive)")
+    found = rejections(archive_dir, params)
+    target = previous / MEMORY.relative_to(PREVIOUS)
+    previous.mkdir(exist_ok=True)
     for child in previous.iterdir():
-        if child.name != "README.md":
-            shutil.rmtree(child) if child.is_dir() else child.unlink()
-    for src, dst in HANDED_ON.items():
-        _copy(results / src, previous / dst)
+        if child.name not in KEPT_IN_PREVIOUS:
+            safefs.remove_tree(child)
+    if not found and not target.exists():
+        return False
+    safefs.remove_tree(target)
+    target.mkdir(parents=True)
+    if found:
+        newest = found[0][0]
+        for src, dst in HANDED_ON.items():
+            if (newest / src).exists():
+                _copy(newest / src, target / dst)
+    rejected = target / memory.REJECTED_FILE
+    safefs.write_atomic(rejected, memory.dump([e for _, e in found], str(rejected)))
+    return True
 
 
 def _run(cmd: list[str]) -> str:
@@ -132,6 +208,8 @@ def evolve(generations: int, dvc: str, noise: str | None = None, params: Path = 
         print(f"evolve: simulator.noise {current.simulator.noise} -> {noise} in {params} (docs/simulator.md)")
     for g in range(1, generations + 1):
         print(f"== generation {g} of {generations}", flush=True)
+        if hand_on():
+            _run([dvc, "add", "-q", str(MEMORY)])
         ds = _generation(dvc)
         if promoted(ds):
             replicate = config.load(params).sampling.replicate + 1
@@ -142,11 +220,19 @@ def evolve(generations: int, dvc: str, noise: str | None = None, params: Path = 
             if promoted(ds):
                 print(f"promoted in generation {g}, confirmed by replicate {replicate}: review with `make apply`, "
                       "then commit.")
+                print(_to_commit())
                 return 0
             print("   not confirmed: the first promotion was not repeated; the incumbent stays", flush=True)
-        hand_on()
     print(f"no candidate cleared the gate in {generations} generation(s); the incumbent stays.")
+    print(_to_commit())
     return 0
+
+
+def _to_commit() -> str:
+    tracked = [str(p) for p in (Path("dvc.lock"), layout.PARAMS, ARCHIVE.with_suffix(".dvc"),
+                                MEMORY.with_suffix(".dvc")) if p.exists()]
+    return (f"to share these generations: git add {' '.join(tracked)} && git commit, then `make push` "
+            "(a teammate's `dvc repro --pull` then runs nothing)")
 
 
 # A confirmation re-measures the frozen candidate as it is: only these stages run, so evidence, propose and

@@ -1,10 +1,11 @@
 """Stage `evidence`: build the bounded, redacted, content-hashed evidence bundle the proposer reads.
 
-    python -m stages.evidence                        # from previous/ (or a cold start)
+    python -m stages.evidence                        # from previous/memory/ (or a cold start)
     python -m stages.evidence --seed path/to/results # from a seed results directory instead
 
 Inputs: <previous>/bench-{incumbent,candidate}/ (results.jsonl, transcripts/, patches/), gate/promotion.json,
-proposal.md — any subset; --incumbent takes the place of <previous>/bench-incumbent; learnings.jsonl (one
+proposal.md, rejected.json (every candidate rejected against this incumbent, which `make evolve` hands on) — any
+subset; --incumbent takes the place of <previous>/bench-incumbent; learnings.jsonl (one
 {skill, date, task, friction, suggestion} per line); the tasks file, read only for the hidden oracles whose
 bytes must never reach the bundle; params `evidence:` and `skills.evolvable`. The selection, redaction and
 budget rules are in skillevo/evidence/bundle.py; the bundle's files in skillevo/evidence/__init__.py. Exit 2
@@ -25,7 +26,8 @@ from skillevo.evidence import make_bundle, write_bundle
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m stages.evidence", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--previous", type=Path, help=f"missing or empty = cold start [{layout.PREVIOUS}]")
+    p.add_argument("--previous", type=Path,
+                   help=f"what the last generations handed on; missing or empty = cold start [{layout.MEMORY}]")
     p.add_argument("--incumbent", type=Path, help="this generation's incumbent side [none]")
     p.add_argument("--seed", type=Path, help="a seed results directory, instead of --previous/--incumbent [none]")
     p.add_argument("--learnings", type=Path, help="learnings queue, JSONL [learnings.jsonl, if it exists]")
@@ -40,7 +42,7 @@ def run(args: argparse.Namespace) -> str:
     learnings = args.learnings or (layout.LEARNINGS if layout.LEARNINGS.exists() else None)
     if args.seed and args.previous:
         raise BadInput("--seed is used instead of --previous; give one or the other (rule: one evidence source)")
-    bundle = make_bundle(params=params, previous=args.previous or layout.PREVIOUS, seed=args.seed,
+    bundle = make_bundle(params=params, previous=args.previous or layout.MEMORY, seed=args.seed,
                          incumbent=args.incumbent, learnings=learnings, tasks=args.tasks)
     write_bundle(bundle, args.out)
     m, rows = bundle.manifest, bundle.manifest["rows"]
@@ -48,6 +50,7 @@ def run(args: argparse.Namespace) -> str:
     return (f"evidence: source {m['source']}; {rows['selected']} rows selected of {rows['considered']} "
             f"({rows['excluded_infra']} excluded as infra, {rows['refused']} refused, {rows['over_cap']} over "
             f"max_rows, {rows['dropped_for_budget']} dropped for budget); {len(m['files'])} files, "
+            f"{m['rejected']['selected']} rejected candidate(s) shown of {m['rejected']['considered']}; "
             f"{bundle.total_bytes} bytes -> {args.out}")
 
 

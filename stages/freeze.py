@@ -5,7 +5,9 @@
 
 Writes <out>/overlay/ (files 0444) and <out>/manifest.json: the overlay digest, the candidate arms it
 requires, and the committed sha256 of every file an apply would replace (the canonical skills and every
-mirror). Exit 2 when the overlay breaks a rule (the message names the file and the rule).
+mirror). An overlay whose normalised diff equals a candidate the gate rejected for futility against the same
+incumbent (<previous>/rejected.json, which `make evolve` hands on) is refused. Exit 2 when the overlay breaks a
+rule (the message names the file and the rule).
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from skillevo import layout, stage
+from skillevo import layout, memory, stage
 from skillevo.freeze import freeze
 
 
@@ -28,6 +30,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--tasks", type=Path, default=layout.TASKS_FILE,
                    help="tasks, whose hidden oracles no overlay may carry [%(default)s]")
     p.add_argument("--params", type=Path, default=layout.PARAMS, help="[%(default)s]")
+    p.add_argument("--previous", type=Path, default=layout.MEMORY,
+                   help="what the last generations handed on: its rejected.json lists the candidates rejected before "
+                        "(missing = none yet) [%(default)s]")
     stage.family_options(p)
     p.add_argument("--repo", type=Path, default=Path("."), help="repository holding the skills [%(default)s]")
     p.add_argument("--out", type=Path, default=layout.FREEZE, help="[%(default)s]")
@@ -37,7 +42,8 @@ def parser() -> argparse.ArgumentParser:
 def run(args: argparse.Namespace) -> str:
     params = stage.load_params("freeze", args)
     manifest = freeze(args.overlay, params=params, tasks_file=args.tasks, repo=args.repo, out=args.out,
-                      session=None if args.hand_written else args.session)
+                      session=None if args.hand_written else args.session,
+                      rejected=args.previous / memory.REJECTED_FILE)
     return (f"freeze: overlay {manifest['overlay_digest'][:12]} ({len(manifest['files'])} file(s), "
             f"{manifest['changed_lines']} changed lines) -> {', '.join(manifest['required_candidate_arms'])}")
 

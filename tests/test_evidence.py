@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 import yaml
 
-from skillevo import config, documents
+from skillevo import config, documents, memory
 from skillevo import evidence as ev
 from skillevo import tasks as tasks_mod
 from skillevo.agent import transcript
@@ -311,7 +311,7 @@ def test_over_budget_drops_rows_then_the_proposal_then_fails(tmp_path: Path):
     prev = previous_generation(tmp_path, proposal=big)
     full = build(prev)
     sizes = {p: len(v) for p, v in full.files.items()}
-    fixed = sizes["learnings.json"] + sizes["gate-summary.json"]
+    fixed = sizes["learnings.json"] + sizes["gate-summary.json"] + sizes["rejected.json"]
     proposal = sizes["prior-proposal.md"]
 
     # room for everything but the last row's files: the lowest-priority row goes first
@@ -335,8 +335,9 @@ def test_over_budget_drops_rows_then_the_proposal_then_fails(tmp_path: Path):
     # not even the fixed files fit: fail, naming the budget and the sizes
     learnings = [{"skill": "work", "date": None, "task": None, "friction": "f" * 200, "suggestion": "s" * 200,
                   "line": i} for i in range(10)]
-    with pytest.raises(ev.EvidenceError, match=r"max_bundle_bytes 1024: \d+ bytes with every row and the "
-                                               r"prior proposal dropped \(gate-summary.json \d+, learnings.json \d+"):
+    with pytest.raises(ev.EvidenceError, match=r"max_bundle_bytes 1024: \d+ bytes with every row, the prior proposal "
+                                               r"and every rejected candidate dropped \(gate-summary.json \d+, "
+                                               r"learnings.json \d+, rejected.json 3"):
         build(prev, config.evidence_limits(max_bundle_bytes=1024), learnings=learnings)
 
 
@@ -427,7 +428,8 @@ def test_cold_start(tmp_path: Path, make: str):
     validate(manifest, "evidence-manifest.schema.json", "manifest")
     assert manifest["source"] == "cold-start" and manifest["rows"]["selected"] == 0 and manifest["inputs"] == {}
     assert sorted(p.name for p in out.iterdir()) == ["gate-summary.json", "learnings.json", "manifest.json",
-                                                     "patches", "rows.json", "transcripts"]
+                                                     "patches", "rejected.json", "rows.json", "transcripts"]
+    assert json.loads((out / "rejected.json").read_text()) == [] and manifest["rejected"]["considered"] == 0
     assert json.loads((out / "rows.json").read_text()) == []
 
 
@@ -511,13 +513,106 @@ def test_bad_inputs_fail_with_a_clear_message(tmp_path: Path):
     ({"max_rows": -1}, r"\$\.max_rows: -1 is less than the minimum of 0"),
     ({"max_file_bytes": True}, r"\$\.max_file_bytes: True is not of type 'integer'"),
     ({"max_rowz": 3}, "'max_rowz' was unexpected"),
+    ({"max_rejected": 1001}, r"\$\.max_rejected: 1001 is greater than the maximum of 1000"),
 ])
 def test_params_are_checked(section: dict[str, Any], message: str):
     with pytest.raises(BadInput, match=message):
         config.evidence_limits(**section)
     assert config.evidence_limits() == config.EvidenceParams(
         max_rows=12, max_transcripts_per_row=2, max_file_bytes=262144, max_bundle_bytes=2097152, max_learnings=40,
-        verify_tail_chars=600)
+        verify_tail_chars=600, max_rejected=20)
+
+
+# ------------------------------------------------------------------------------------------ rejected candidates
+
+FAMILY = {"work/SKILL.md": b"---\nname: work\ndescription: d\n---\n# Work\n\n- step one\n- step two\n- step three\n"}
+THIS = gate_rows.bench("incumbent", {"t1": "trivial"})["skills_digest"]
+
+
+def rejected(gen: int, drop: str, decision: str = "keep_incumbent", digest: str = THIS,
+             reasons: tuple[str, ...] = ("no cheaper",)) -> dict[str, Any]:
+    text = b"".join(l for l in FAMILY["work/SKILL.md"].splitlines(True) if drop.encode() not in l)
+    return memory.entry(gen, digest, FAMILY, (), {"work/SKILL.md": text}, (),
+                        [{"candidate_arm": "candidate_workflow", "decision": decision, "reasons": list(reasons)}])
+
+
+def with_memory(root: Path, entries: list[dict[str, Any]]) -> tuple[Path, Path]:
+    """A previous generation, its memory of rejected candidates, and this generation's incumbent side."""
+    prev = previous_generation(root)
+    (prev / "rejected.json").write_bytes(memory.dump(entries))
+    incumbent = root / "bench-incumbent"
+    shutil.copytree(prev / "bench-incumbent", incumbent)
+    (incumbent / "bench.json").write_text(json.dumps(gate_rows.bench("incumbent", {"t1": "trivial"})))
+    return prev, incumbent
+
+
+def test_every_rejected_candidate_of_this_incumbent_reaches_the_bundle_newest_first(tmp_path: Path):
+    entries = [rejected(1, "step one"), rejected(2, "step two", "insufficient_evidence"),
+               rejected(3, "step one", digest="3" * 64),  # measured against another incumbent
+               rejected(4, "step three", reasons=("r1", f"token {PLANTED}", "r3", "r4"))]
+    prev, incumbent = with_memory(tmp_path, entries)
+    bundle = ev.build_bundle(ev.load_previous(prev, incumbent), guard=guard(), skills=("work",), secrets=(ENV_KEY,))
+    shown = json.loads(bundle.files["rejected.json"])
+    assert [e["generation"] for e in shown] == [4, 2, 1]
+    assert [e["decisions"][0]["decision"] for e in shown] == ["keep_incumbent", "insufficient_evidence",
+                                                             "keep_incumbent"]
+    for entry, line in zip(shown, ("step three", "step two", "step one")):
+        assert entry["diff"].startswith("--- a/work/SKILL.md\n+++ b/work/SKILL.md\n@@ ")
+        assert [l for l in entry["diff"].splitlines() if l.startswith("-") and not l.startswith("---")] == \
+               [f"-- {line}"]
+    assert shown[0]["decisions"][0]["reasons"] == ["r1", "token [REDACTED]", "r3"]  # the first three, redacted
+    assert PLANTED not in all_text(bundle)
+    manifest = bundle.manifest
+    validate(manifest, "evidence-manifest.schema.json", "manifest")
+    assert manifest["rejected"] == {"considered": 4, "other_incumbent": 1, "over_cap": 0, "dropped": 0, "selected": 3}
+    assert manifest["inputs"]["rejected.json"] == sha256_bytes((prev / "rejected.json").read_bytes())
+    assert {"what": "rejected candidate of generation 3",
+            "reason": "left out: measured against another incumbent than this generation's"} in manifest["dropped"]
+    capped = ev.build_bundle(ev.load_previous(prev, incumbent), guard=guard(), skills=("work",),
+                             limits=config.evidence_limits(max_rejected=2))
+    assert [e["generation"] for e in json.loads(capped.files["rejected.json"])] == [4, 2]
+    assert capped.manifest["rejected"]["over_cap"] == 1
+
+
+def test_a_rejected_diff_with_oracle_bytes_is_withheld(tmp_path: Path):
+    entry = rejected(2, "step two")
+    entry["diff"] += f"+{ORACLE_LINE}\n"
+    prev, incumbent = with_memory(tmp_path, [rejected(1, "step one"), entry])
+    bundle = ev.build_bundle(ev.load_previous(prev, incumbent), guard=guard(), skills=("work",))
+    assert [e["generation"] for e in json.loads(bundle.files["rejected.json"])] == [1]
+    assert ORACLE_LINE not in all_text(bundle) and bundle.manifest["rejected"]["dropped"] == 1
+
+
+def test_over_budget_drops_the_oldest_rejected_candidate_after_the_rows_and_the_proposal(tmp_path: Path):
+    long = ("the candidate cost about the same as the incumbent on every task " * 3,)
+    prev, incumbent = with_memory(tmp_path, [rejected(1, "step one", reasons=long), rejected(2, "step two", reasons=long),
+                                             rejected(4, "step three", reasons=long)])
+    full = ev.build_bundle(ev.load_previous(prev, incumbent), guard=guard(), skills=("work",))
+    shown = json.loads(full.files["rejected.json"])
+    newest_two = len(documents.dump_json(shown[:2]))
+    room = len(full.files["learnings.json"]) + len(full.files["gate-summary.json"]) + len(b"[]\n") + newest_two
+    bundle = ev.build_bundle(ev.load_previous(prev, incumbent), guard=guard(), skills=("work",),
+                             limits=config.evidence_limits(max_bundle_bytes=max(room, 1024)))
+    assert room >= 1024, room  # the budget is what the test says it is
+    assert bundle.manifest["rows"]["selected"] == 0 and "prior-proposal.md" not in bundle.files
+    assert [e["generation"] for e in json.loads(bundle.files["rejected.json"])] == [4, 2]
+    assert bundle.manifest["dropped"][-1]["what"] == "rejected candidate of generation 1"
+    assert bundle.manifest["rejected"] == {"considered": 3, "other_incumbent": 0, "over_cap": 0, "dropped": 1,
+                                           "selected": 2}
+
+
+@pytest.mark.parametrize("tamper, message", [
+    (lambda doc: doc["candidates"][0].pop("diff"), "'diff' is a required property"),
+    (lambda doc: doc["candidates"][0]["decisions"][0].update(decision="promote"), "candidates"),
+    (lambda doc: doc.update(schema_version=2), "schema_version"),
+])
+def test_a_malformed_memory_fails_naming_the_file(tmp_path: Path, tamper, message):
+    prev, incumbent = with_memory(tmp_path, [rejected(1, "step one")])
+    doc = json.loads((prev / "rejected.json").read_text())
+    tamper(doc)
+    (prev / "rejected.json").write_text(json.dumps(doc))
+    with pytest.raises(BadInput, match=f"rejected.json.*{message}"):
+        ev.load_previous(prev, incumbent)
 
 
 # ------------------------------------------------------------------------------------------------ CLI
@@ -551,7 +646,7 @@ def run_stage(*argv: str) -> tuple[int, str, str]:
 def test_cli_help_documents_every_option():
     code, out, _ = run_stage("--help")
     assert code == 0
-    for text in ("--previous", "[previous]", "--seed", "--learnings", "learnings.jsonl", "--tasks",
+    for text in ("--previous", "[previous/memory]", "rejected.json", "--seed", "--learnings", "learnings.jsonl", "--tasks",
                  "tasks/tasks.yaml", "--params", "params.yaml", "--out", "results/evidence", "evidence:",
                  "skills.evolvable", "cold start", "gate/promotion.json", "proposal.md", "Exit 2"):
         assert text in out, text

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from skillevo import config, layout
+from skillevo import config, layout, memory, overlay
 from skillevo.errors import BadInput
 from skillevo.freeze import freeze
 from skillevo.schemas import validate
@@ -279,3 +279,104 @@ def test_an_uncommitted_file_in_the_canonical_skill_is_refused_as_part_of_the_fa
     (repo / f"skills/{NEW}").symlink_to("/nonexistent")
     with pytest.raises(BadInput, match=rf"repo/skills/{NEW}: is a symlink \(rule: no symlinks\)"):
         _freeze(repo, _with_new_file(tmp_path / "again"))
+
+
+# ------------------------------------------------------------------------------ rejected candidates (skillevo.memory)
+
+INCUMBENT = (ROOT / "skills/work/SKILL.md").read_text()
+WITHOUT = "".join(l for l in INCUMBENT.splitlines(True) if WASTEFUL not in l)  # the change the gate rejected
+
+
+def _memory(repo: Path, tmp_path: Path, decision: str = "keep_incumbent", text: str = WITHOUT,
+            digest: str | None = None) -> Path:
+    """previous/memory/rejected.json holding one candidate of generation 3: `text` as work/SKILL.md."""
+    executables: set[str] = set()
+    family = layout.read_family(repo / "skills", frozenset(), executables)
+    entry = memory.entry(3, digest or layout.tree_digest(family, executables), family, executables,
+                         {"work/SKILL.md": text.encode()}, set(),
+                         [{"candidate_arm": "candidate_auto", "decision": "insufficient_evidence", "reasons": ["few"]},
+                          {"candidate_arm": "candidate_workflow", "decision": decision, "reasons": ["no cheaper"]}])
+    path = tmp_path / "previous/memory/rejected.json"
+    path.parent.mkdir(parents=True)
+    path.write_bytes(memory.dump([entry]))
+    return path
+
+
+def _lines_edited(text: str, edit) -> str:
+    """`text` with `edit` applied to the line after the removed one (the change stays the removal)."""
+    lines = text.splitlines(True)
+    i = next(n for n, l in enumerate(lines) if l.startswith("- Read each file"))
+    lines[i] = edit(lines[i])
+    return "".join(lines)
+
+
+EVASIONS = {
+    "none": lambda t: t,
+    "an added space": lambda t: _lines_edited(t, lambda l: l.replace("each file", "each  file")),
+    "a trailing space": lambda t: _lines_edited(t, lambda l: l.rstrip("\n") + " \n"),
+    "a trailing newline": lambda t: t + "\n",
+    "a blank line": lambda t: _lines_edited(t, lambda l: l + "\n"),
+    "CRLF": lambda t: t.replace("\n", "\r\n"),
+    "a case change": lambda t: _lines_edited(t, lambda l: l.replace("Read each", "READ each")),
+    "a zero-width space": lambda t: _lines_edited(t, lambda l: l.replace("each", "ea\u200bch")),
+    "a no-break space": lambda t: _lines_edited(t, lambda l: l.replace("each file", "each\u00a0file")),
+    "a fullwidth letter": lambda t: _lines_edited(t, lambda l: l.replace("Read", "\uff32ead")),
+    "emphasis": lambda t: _lines_edited(t, lambda l: l.replace("each file", "**each file**")),
+    "another list marker": lambda t: _lines_edited(t, lambda l: "* " + l[2:]),
+    "a trailing period dropped": lambda t: _lines_edited(t, lambda l: l.replace("it.\n", "it\n")),
+}
+
+
+@pytest.mark.parametrize("evasion", sorted(EVASIONS))
+def test_a_futile_candidate_is_refused_again_however_its_bytes_are_dressed(repo, tmp_path, evasion):
+    rejected = _memory(repo, tmp_path)
+    text = EVASIONS[evasion](WITHOUT)
+    assert evasion == "none" or text != WITHOUT
+    ov = _overlay(tmp_path, text)
+    with pytest.raises(overlay.OverlayRefused) as refused:
+        freeze(ov, params=config.load(repo / "params.yaml"), tasks_file=repo / "tasks/tasks.yaml", repo=repo,
+               out=repo / "results/freeze", session=None, rejected=rejected)
+    message = str(refused.value)
+    assert f"overlay file {ov / 'work/SKILL.md'}:" in message
+    assert "generation 3's candidate" in message and "candidate_workflow: keep_incumbent" in message
+    assert str(rejected) in message and message.endswith("(rule: no futile re-proposal)")
+    assert not (repo / "results/freeze/manifest.json").exists()
+
+
+@pytest.mark.parametrize("case", ["insufficient evidence only", "another incumbent", "another change",
+                                  "no memory yet"])
+def test_what_may_come_back_is_frozen(repo, tmp_path, case):
+    rejected = {"insufficient evidence only": lambda: _memory(repo, tmp_path, decision="insufficient_evidence"),
+                "another incumbent": lambda: _memory(repo, tmp_path, digest="3" * 64),
+                "another change": lambda: _memory(repo, tmp_path, text=INCUMBENT.replace(
+                    "- End with two or three sentences on what changed and why.\n", "")),
+                "no memory yet": lambda: tmp_path / "previous/memory/rejected.json"}[case]()
+    manifest = freeze(_overlay(tmp_path, EVASIONS["CRLF"](WITHOUT)), params=config.load(repo / "params.yaml"),
+                      tasks_file=repo / "tasks/tasks.yaml", repo=repo, out=repo / "results/freeze", session=None,
+                      rejected=rejected)
+    assert manifest["files"][0]["path"] == "work/SKILL.md"
+
+
+def test_normal_form_keeps_what_changes_the_instruction():
+    base = "- Read each file you are about to change before you change it.\n"
+    assert memory.normal_lines(base) == memory.normal_lines("\ufeff* **Read** each  file you are about to change "
+                                                           "before you change it\r\n\r\n")
+    for different in ("- Read each file you are about to change.\n", "- Skim each file you are about to change "
+                      "before you change it.\n", "- Read each file_name you are about to change before you change "
+                      "it.\n", "Read each file you are about to change before you change it.\n"):
+        assert memory.normal_lines(different) != memory.normal_lines(base), different
+    family = {"work/SKILL.md": base.encode()}
+    assert memory.normalised_diff(family, (), {"work/SKILL.md": base.encode()}, {"work/SKILL.md"}) == \
+        [["work/SKILL.md", True, []]]  # an execute bit flipped is a change of its own
+
+
+def test_the_stage_reads_the_memory_that_dvc_yaml_names(repo, tmp_path):
+    from stages import freeze as stage
+
+    rejected = _memory(repo, tmp_path)
+    ov = _overlay(tmp_path, EVASIONS["a case change"](WITHOUT))
+    argv = ["--overlay", str(ov), "--hand-written", "--tasks", str(repo / "tasks/tasks.yaml"), "--params",
+            str(repo / "params.yaml"), "--skills", "skills", "--mirrors", ".claude/skills",
+            "--repo", str(repo), "--out", str(repo / "results/freeze")]
+    assert stage.main([*argv, "--previous", str(rejected.parent)]) == 2
+    assert stage.main([*argv, "--previous", str(tmp_path / "nothing-handed-on")]) == 0

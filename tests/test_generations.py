@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 from skillevo import generations
@@ -54,3 +55,86 @@ def test_a_generation_served_entirely_from_cache_paid_nothing(tmp_path):
     generations.archive(results, archive, started_at=START, ran=frozenset())  # `dvc repro` ran no stage
     report = generations.report(archive)
     assert "| 0.0000 (0) | 2.4000 (3) | reused |" in report and "nothing promoted" in report
+
+
+# ----------------------------------------------------------------------------------- the memory handed on
+
+def _archived(archive: Path, n: int, family: dict[str, bytes], digest: str, drop: str, decisions: list[str]) -> Path:
+    """generations/gen-NNN/ as archive() leaves it: the frozen overlay dropping the line holding `drop`."""
+    from skillevo import layout
+
+    gen = archive / f"gen-{n:03d}"
+    text = b"".join(l for l in family["work/SKILL.md"].splitlines(True) if drop.encode() not in l)
+    (gen / "freeze/overlay/work").mkdir(parents=True)
+    (gen / "freeze/overlay/work/SKILL.md").write_bytes(text)
+    overlay_digest = layout.tree_digest({"work/SKILL.md": text})
+    (gen / "freeze/manifest.json").write_text(json.dumps({"files": [{"path": "work/SKILL.md", "executable": False}]}))
+    (gen / "bench-candidate").mkdir()
+    (gen / "bench-candidate/bench.json").write_text(json.dumps({"skills_digest": digest}))
+    (gen / "bench-candidate/results.jsonl").write_text(f'{{"generation": {n}}}\n')
+    (gen / "gate").mkdir()
+    (gen / "gate/promotion.json").write_text(json.dumps({"overlay_digest": overlay_digest, "decisions": [
+        {"candidate_arm": f"candidate_{arm}", "decision": d, "reasons": [f"gen {n} {arm}"]}
+        for arm, d in zip(("auto", "workflow"), decisions)]}))
+    (gen / "proposal").mkdir()
+    (gen / "proposal/proposal.md").write_text(f"Instruction removed: {drop}\n")
+    return gen
+
+
+def test_hand_on_rebuilds_the_memory_of_every_rejected_candidate_of_this_incumbent(tmp_path, monkeypatch):
+    from skillevo import layout, memory
+    from tests.bench_fixtures import ROOT
+
+    shutil.copytree(ROOT / "skills", tmp_path / "skills")
+    shutil.copy(ROOT / "params.yaml", tmp_path / "params.yaml")
+    monkeypatch.chdir(tmp_path)
+    executables: set[str] = set()
+    family = layout.read_family("skills", frozenset(), executables)
+    digest = layout.tree_digest(family, executables)
+    archive, previous = tmp_path / "generations", tmp_path / "previous"
+    (previous / "bench-candidate").mkdir(parents=True)  # the layout before the memory: removed
+    (previous / "README.md").write_text("# previous/\n")
+    assert generations.hand_on(archive, previous) is False and not (previous / "memory").exists()
+    _archived(archive, 1, family, digest, "Read every module", ["keep_incumbent", "insufficient_evidence"])
+    _archived(archive, 2, family, digest, "Handle empty", ["promote", "promote"])  # promoted: not a rejection
+    _archived(archive, 3, family, digest, "End with two", ["insufficient_evidence", "insufficient_evidence"])
+    _archived(archive, 4, family, "9" * 64, "Write the tests", ["keep_incumbent", "keep_incumbent"])  # other skills
+    _archived(archive, 5, family, digest, "Make the smallest", ["promote", "keep_incumbent"])  # half a promotion
+
+    assert generations.hand_on(archive, previous) is True
+    assert sorted(p.name for p in previous.iterdir()) == ["README.md", "memory"]
+    entries, _ = memory.load(previous / "memory/rejected.json")
+    assert [e["generation"] for e in entries] == [5, 3, 1]
+    assert [[d["decision"] for d in e["decisions"]] for e in entries] == [
+        ["promote", "keep_incumbent"], ["insufficient_evidence", "insufficient_evidence"],
+        ["keep_incumbent", "insufficient_evidence"]]
+    assert [l for l in entries[2]["diff"].splitlines() if l.startswith("-- ")] == [
+        next(f"-{l}" for l in family["work/SKILL.md"].decode().splitlines() if "Read every module" in l)]
+    assert [memory.futile(e) for e in entries] == [True, False, True]
+    # the newest rejected generation's side, verdict and proposal, as before
+    assert (previous / "memory/bench-candidate/results.jsonl").read_text() == '{"generation": 5}\n'
+    assert (previous / "memory/proposal.md").read_text() == "Instruction removed: Make the smallest\n"
+    assert json.loads((previous / "memory/gate/promotion.json").read_text())["decisions"][0]["reasons"] == ["gen 5 auto"]
+    before = {p: p.read_bytes() for p in previous.rglob("*") if p.is_file()}
+    assert generations.hand_on(archive, previous) is True  # a function of the archive and the skills: no change
+    assert {p: p.read_bytes() for p in previous.rglob("*") if p.is_file()} == before
+
+
+def test_hand_on_refuses_an_archive_tracked_but_not_pulled(tmp_path, monkeypatch):
+    """A teammate who ran `dvc repro --pull` has the memory but not the archive: rebuilding from nothing would
+    forget every rejection, so evolve stops and says to pull."""
+    import pytest
+
+    from skillevo.errors import BadInput
+    from tests.bench_fixtures import ROOT
+
+    shutil.copytree(ROOT / "skills", tmp_path / "skills")
+    shutil.copy(ROOT / "params.yaml", tmp_path / "params.yaml")
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "previous/memory").mkdir(parents=True)
+    (tmp_path / "previous/memory/rejected.json").write_text("kept\n")
+    (tmp_path / "generations.dvc").write_text("outs:\n- path: generations\n")
+    with pytest.raises(BadInput, match=r"generations: \S*generations\.dvc tracks it but it is not in this checkout; "
+                                       r"run `make pull` first"):
+        generations.hand_on(tmp_path / "generations", tmp_path / "previous")
+    assert (tmp_path / "previous/memory/rejected.json").read_text() == "kept\n"

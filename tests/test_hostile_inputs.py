@@ -126,7 +126,7 @@ def gate(w: World) -> list[str]:
 
 def freeze(w: World) -> list[str]:
     return ["freeze", "--overlay", str(w.overlay()), "--hand-written", "--tasks", str(w.tasks), "--params",
-            str(w.params), "--repo", str(w.repo), "--out", str(w.tmp / "out")]
+            str(w.params), "--repo", str(w.repo), "--previous", str(w.tmp / "memory"), "--out", str(w.tmp / "out")]
 
 
 def evidence(w: World) -> list[str]:
@@ -152,7 +152,22 @@ def apply(w: World) -> list[str]:
 def _write(path: Path, data: bytes | str) -> None:
     if path.exists():
         os.chmod(path, 0o644)
+    path.parent.mkdir(parents=True, exist_ok=True)
     path.write_bytes(data.encode() if isinstance(data, str) else data)
+
+
+def _memory(w: World, decision: str = "keep_incumbent", overlay: Path | None = None) -> Path:
+    """The generations' memory holding one candidate of generation 2: the world's overlay (or `overlay`)."""
+    from skillevo import layout, memory, safefs
+
+    executables: set[str] = set()
+    family = layout.read_family(w.repo / "skills", frozenset(), executables)
+    files = safefs.read_tree(overlay or w.overlay(), max_file_bytes=1 << 20, max_total_bytes=1 << 20)
+    entry = memory.entry(2, layout.tree_digest(family, executables), family, executables, files, set(),
+                         [{"candidate_arm": CANDIDATE, "decision": decision, "reasons": ["no cheaper"]}])
+    path = w.tmp / "memory/rejected.json"
+    _write(path, memory.dump([entry]))
+    return path
 
 
 def _laughs(levels: int = 9) -> str:
@@ -267,6 +282,11 @@ CASES: dict[str, tuple[Callable[[World], list[str]], Callable[[World], object], 
     "evidence: a malformed learning": (evidence, lambda w: (w.tmp / "l.jsonl").write_text('{"skill": "work"}\n'), r"l\.jsonl:1: a learning is an object with exactly the keys"),
     "evidence: garbage promotion": (evidence, lambda w: _write(w.previous() / "gate/promotion.json", "{nope"), r"gate/promotion\.json: not valid JSON"),
     "evidence: previous is a symlink": (evidence, lambda w: (w.previous().rename(w.tmp / "real"), (w.tmp / "previous").symlink_to(w.tmp / "real")), r"previous: --previous must be a directory \(not a symlink\)"),
+    "evidence: garbage memory": (evidence, lambda w: _write(w.previous() / "rejected.json", "[{nope"), r"previous/rejected\.json: not valid JSON"),
+    "evidence: a memory whose candidate was promoted": (evidence, lambda w: _write(w.previous() / "rejected.json", _memory(w).read_text().replace('"keep_incumbent"', '"promote"')), r"previous/rejected\.json: \$\.candidates\[0\]\.decisions: .*contain"),
+    "freeze: garbage memory": (freeze, lambda w: _write(w.tmp / "memory/rejected.json", "{nope"), r"memory/rejected\.json: not valid JSON"),
+    "freeze: a memory that is a symlink": (freeze, lambda w: (_memory(w).rename(w.tmp / "elsewhere.json"), (w.tmp / "memory/rejected.json").symlink_to(w.tmp / "elsewhere.json")), r"memory/rejected\.json: .*symlink"),
+    "freeze: a futile candidate re-proposed with CRLF": (freeze, lambda w: (_memory(w), _write(w.overlay() / "work/SKILL.md", (w.overlay() / "work/SKILL.md").read_bytes().replace(b"\n", b"\r\n"))), r"overlay file \S+/overlay/work/SKILL\.md: makes the change of generation 2's candidate once normalised .* \(rule: no futile re-proposal\)"),
     "evidence: results not UTF-8": (evidence, lambda w: _write(w.previous() / "bench-incumbent/results.jsonl", b"\xff\n"), r"bench-incumbent/results\.jsonl: results is not UTF-8"),
     # results rows and bench.json (gate)
     "rows: resolved without the oracle": (gate, lambda w: w.rewrite_rows(w.candidate_side(), lambda rows: rows[1].update(oracle_passed=False)), r"bench-candidate/results\.jsonl:2: resolved without verify and oracle passing.*\(rule: resolved\)"),

@@ -294,32 +294,72 @@ def test_apply_refuses_results_forged_after_repro_even_with_the_gate_rerun_on_th
     assert {rel: (clone / rel).read_bytes() for rel in before} == before
 
 
-def test_evolve_stops_after_two_generations_without_a_promotion_with_the_first_as_evidence(tmp_path):
+def _removed(proposal: Path) -> str:
+    return next(l for l in proposal.read_text().splitlines() if l.startswith("Instruction removed: "))
+
+
+def test_evolve_hands_every_rejection_on_leaves_dvc_clean_and_a_teammate_reproduces_it_exactly(tmp_path):
+    """Three generations of a null candidate under realistic noise: each proposal is one no earlier generation made,
+    the evidence shows every earlier rejection, nothing is left for `dvc status` or `make demo`, and a teammate's
+    `dvc repro --pull` on a fresh clone runs nothing and leaves dvc.lock byte for byte as committed."""
     clone = clone_of_head(tmp_path / "clone")
     better = "".join(l for l in (clone / "skills/work/SKILL.md").read_text().splitlines(True) if WASTEFUL not in l)
     for rel in ("skills/work/SKILL.md", ".claude/skills/work/SKILL.md"):  # an incumbent the simulator cannot improve
         (clone / rel).write_text(better)
     doc = yaml.safe_load((clone / "params.yaml").read_text())
     doc["sampling"]["runs"], doc["gate"]["min_runs"] = 1, 1  # mechanics, not statistics: keep CI short
+    doc["arms"] = {"workflow": doc["arms"]["workflow"]}  # one arm and one gate task: 17 sessions in all, not 46
+    doc["tasks"]["gate"], doc["tasks"]["evidence"] = doc["tasks"]["gate"][:1], [*doc["tasks"]["gate"][1:],
+                                                                              *doc["tasks"]["evidence"]]
     (clone / "params.yaml").write_text(yaml.safe_dump(doc, sort_keys=False))
-    run(["git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qam", "an unimprovable incumbent"], clone)
-    out = make(clone, "evolve", "GENERATIONS=2")
-    assert "no candidate cleared the gate in 2 generation(s)" in out
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@t"]
+    run([*git, "commit", "-qam", "an unimprovable incumbent"], clone)
+    out = make(clone, "evolve", "GENERATIONS=3")
+    assert "no candidate cleared the gate in 3 generation(s)" in out
     generations = sorted((clone / "generations").glob("gen-*"))
-    assert [g.name for g in generations] == ["gen-001", "gen-002"]
+    assert [g.name for g in generations] == ["gen-001", "gen-002", "gen-003"]
     for g in generations:
         decisions = json.loads((g / "gate/promotion.json").read_text())["decisions"]
         assert {d["decision"] for d in decisions} <= {"keep_incumbent", "insufficient_evidence"}
-    manifest = json.loads((generations[1] / "evidence/manifest.json").read_text())
-    assert manifest["source"] == "previous"
+    removed = [_removed(g / "proposal/proposal.md") for g in generations]
+    assert len(set(removed)) == 3, removed  # never re-proposed
+    for n, g in enumerate(generations):
+        manifest = json.loads((g / "evidence/manifest.json").read_text())
+        assert manifest["rejected"]["selected"] == n  # every earlier generation's candidate, diff and verdict
     assert any(f["path"] == "prior-proposal.md" for f in manifest["files"])
-    first = (generations[0] / "proposal/proposal.md").read_text()
-    assert first.splitlines()[2] not in (generations[1] / "proposal/proposal.md").read_text()
-    second_generation = out.split("== generation 2 of 2")[1]
-    assert "bench@incumbent" not in ran(second_generation)
+    handed = json.loads((clone / "previous/memory/rejected.json").read_text())["candidates"]
+    assert [c["generation"] for c in handed] == [2, 1]  # what generation 3 read; it hands itself on next time
+    assert all(f"-{r.removeprefix('Instruction removed: ')}" in c["diff"] for r, c in zip(removed[1::-1], handed))
+    for later in out.split("== generation ")[2:]:
+        assert "bench@incumbent" not in ran(later)
     report = make(clone, "report")
-    assert re.search(r"\| 2 \| .*=(keep_incumbent|insufficient_evidence).* \| reused \|", report), report
-    assert (clone / "generations.dvc").is_file()
+    assert re.search(r"\| 3 \| .*=(keep_incumbent|insufficient_evidence).* \| reused \|", report), report
+
+    # what was handed on is tracked: nothing is left to run here
+    assert "Data and pipelines are up to date" in run([DVC, "status"], clone)
+    assert ran(make(clone, "demo")) == set()
+    tracked = ["dvc.lock", "params.yaml", "generations.dvc", "previous/memory.dvc"]
+    run(["git", "add", *tracked], clone)
+    run([*git, "commit", "-qm", "three generations"], clone)
+    assert run(["git", "status", "--porcelain"], clone).strip() == ""  # nothing else needs committing
+    make(clone, "push")
+
+    teammate = tmp_path / "teammate"
+    subprocess.run(["git", "clone", "-q", str(clone), str(teammate)], check=True)
+    run([DVC, "remote", "modify", "--local", "local", "url", str(tmp_path / "skillevo-remote")], teammate)
+    log = tmp_path / "teammate-sessions.log"
+    out = run([DVC, "repro", "--pull"], teammate, SKILLEVO_SIMULATOR_SESSION_LOG=str(log))
+    assert ran(out) == set() and sessions(log) == 0
+    assert (teammate / "dvc.lock").read_bytes() == (clone / "dvc.lock").read_bytes()
+    status = run([DVC, "status"], teammate)  # only the archive, which no stage reads, waits for `make pull`
+    assert re.sub(r"WARNING: stage: 'apply' is frozen.*\n", "", status).split() == \
+        ["generations.dvc:", "changed", "outs:", "not", "in", "cache:", "generations"], status
+    make(teammate, "pull")
+    assert "Data and pipelines are up to date" in run([DVC, "status"], teammate)
+    assert sorted(p.name for p in (teammate / "generations").iterdir()) == ["gen-001", "gen-002", "gen-003"]
+    assert (teammate / "previous/memory/rejected.json").read_bytes() == \
+        (clone / "previous/memory/rejected.json").read_bytes()
+    assert (teammate / "results/gate/promotion.json").read_bytes() == (clone / "results/gate/promotion.json").read_bytes()
     shutil.rmtree(clone / "results")
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from skillevo import config, overlay, propose
+from skillevo import config, layout, memory, overlay, propose, safefs
 from skillevo.evidence import make_bundle, write_bundle
 from skillevo.freeze import freeze
 from skillevo.models import Model
@@ -117,7 +117,7 @@ def test_the_simulated_proposer_works_on_a_family_of_realistic_size(evidence, tm
 
 
 def test_the_proposer_chooses_by_attributed_cost_not_by_what_the_playbook_calls_necessary():
-    from skillevo.simulator.proposer import _choose
+    from skillevo.simulator.proposer import _choose, _key
 
     book = load_all(BOOKS)
     lines = [("work", 8, "- Read every module of the package end to end before editing, so that no caller is missed."),
@@ -126,7 +126,7 @@ def test_the_proposer_chooses_by_attributed_cost_not_by_what_the_playbook_calls_
     assert book.instructions["edge-cases"].necessary  # the playbook knows; the proposer does not use it
     skill, line, what, _, tokens = _choose(book, analysis, lines)
     assert (skill, what, tokens) == ("work", "the instruction `edge-cases`", 9_000) and line == lines[1][2]
-    analysis["rejected"] = [lines[1][2]]  # a rejected removal is not proposed again
+    analysis["rejected"] = [_key(lines[1][2])]  # a rejected removal is not proposed again
     assert _choose(book, analysis, lines)[1] == lines[0][2]
 
 
@@ -162,3 +162,33 @@ def test_the_prompt_says_what_the_overlay_may_do():
     narrow = propose.render_prompt(template, ["work"], 40, ("supporting-files",))
     assert "and add new files inside it. A new file may not carry an execute bit." in narrow
     assert "You may change the frontmatter keys" in wide
+
+
+def test_every_rejected_candidate_reaches_the_simulated_proposer_and_none_comes_back(demo_incumbent, tmp_path):
+    """Three generations, each handed the memory of all the earlier ones (rejected.json only, no prior proposal):
+    every earlier candidate is in the bundle, newest first, and the proposer removes a line none of them did."""
+    bench_dir, _ = demo_incumbent
+    executables: set[str] = set()
+    family = layout.read_family(ROOT / "skills", frozenset(), executables)
+    digest = layout.tree_digest(family, executables)
+    assert json.loads((bench_dir / "bench.json").read_text())["skills_digest"] == digest
+    removed: list[str] = []
+    entries: list[dict] = []
+    for gen in (1, 2, 3):
+        root = tmp_path / f"gen{gen}"
+        (root / "previous").mkdir(parents=True)
+        (root / "previous/rejected.json").write_bytes(memory.dump(entries))
+        write_bundle(make_bundle(params=params(runs=1), previous=root / "previous", incumbent=bench_dir, seed=None,
+                                 learnings=None, tasks=ROOT / "tasks/tasks.yaml"), root / "evidence")
+        shown = json.loads((root / "evidence/rejected.json").read_text())
+        assert [e["generation"] for e in shown] == list(range(gen - 1, 0, -1))
+        _propose(root, "proposer", root / "proposal")
+        line = next(l for l in (root / "proposal/proposal.md").read_text().splitlines()
+                    if l.startswith("Instruction removed: "))
+        assert line not in removed, (gen, line)
+        removed.append(line)
+        files = safefs.read_tree(root / "proposal/overlay", max_file_bytes=1 << 20, max_total_bytes=1 << 20)
+        verdict = "insufficient_evidence" if gen == 2 else "keep_incumbent"  # the proposer avoids both kinds
+        entries.append(memory.entry(gen, digest, family, executables, files, set(),
+                                    [{"candidate_arm": "candidate_workflow", "decision": verdict, "reasons": ["r"]}]))
+    assert WASTEFUL in removed[0]

@@ -1,7 +1,8 @@
 """The evidence bundle: what the proposer may read about the previous generation.
 
 From the previous generation's bench outputs (both sides; the incumbent side may instead be this
-generation's, as dvc.yaml passes it), its gate decision and its proposal, or from a seed results
+generation's, as dvc.yaml passes it), its gate decision and its proposal, and every candidate rejected before
+against this incumbent (the generations' memory, skillevo.memory), or from a seed results
 directory, or from nothing (cold start), build a small directory the proposer session gets read-only:
 
     manifest.json        every file with its sha256; inputs, limits, counts, and everything left out
@@ -11,6 +12,7 @@ directory, or from nothing (cold start), build a small directory the proposer se
     learnings.json       the last max_learnings one-line learnings about evolvable skills
     gate-summary.json    one line per prior gate decision
     prior-proposal.md    the previous generation's proposal
+    rejected.json        every rejected candidate of this incumbent, newest first: generation, diff, verdict per arm
 
 inputs.py reads, bundle.py selects and guards (its docstring has the rules), compact.py cuts; this module
 writes.
@@ -39,11 +41,12 @@ from skillevo.evidence.inputs import (
     load_previous,
     load_seed,
 )
+from skillevo.memory import REJECTED_FILE
 from skillevo.oracle_guard import OracleGuard
 from skillevo.redact import env_secrets
 
 BUNDLE_ENTRIES = frozenset({MANIFEST, "rows.json", "learnings.json", "gate-summary.json", "prior-proposal.md",
-                            "transcripts", "patches"})
+                            REJECTED_FILE, "transcripts", "patches"})
 
 __all__ = ["Bundle", "EvidenceError", "Inputs", "SourceRow", "build_bundle", "gate_summary", "load_learnings",
            "load_previous", "load_seed", "make_bundle", "order_rows", "write_bundle"]

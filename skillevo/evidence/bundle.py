@@ -6,9 +6,13 @@ a skill and are left out; then unresolved rows by (task, arm, run), then resolve
 patch does not match the size and sha256 recorded in it is refused: the row is left out, the next one
 takes its place, and the manifest says why (its provenance is broken, so none of it is evidence).
 
+Rejected candidates (skillevo.memory): those measured against this generation's incumbent, newest first, at most
+max_rejected, each diff cut to a quarter of max_file_bytes, so that the proposer sees every change tried before
+and its verdict.
+
 Every file is redacted, cut to max_file_bytes and checked by the hidden-oracle guard. Then the bundle is fit
-into max_bundle_bytes by dropping the lowest-priority row, then the prior proposal; if it still does not
-fit, the stage fails. Nothing here writes; the same inputs give the same bytes.
+into max_bundle_bytes by dropping the lowest-priority row, then the prior proposal, then the oldest rejected
+candidate; if it still does not fit, the stage fails. Nothing here writes; the same inputs give the same bytes.
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ from skillevo.evidence.inputs import (
     SourceRow,
     priority_key,
 )
+from skillevo.memory import REJECTED_FILE
 from skillevo.oracle_guard import OracleGuard
 from skillevo.redact import leaks, redact_obj, redact_text
 from skillevo.results import ArtifactMismatch, is_excluded, read_artifact
@@ -208,6 +213,7 @@ def build_bundle(
     fixed: dict[str, bytes] = {}
     fixed["learnings.json"] = _learnings_file(b, learnings)
     fixed["gate-summary.json"] = _gate_file(b, inputs.promotion)
+    rejected, rejected_counts = _rejected(b, inputs)
     proposal = None
     if inputs.proposal is not None:
         text, omitted = compact_text(redact_text(inputs.proposal, secrets), limits.max_file_bytes)
@@ -221,11 +227,12 @@ def build_bundle(
                 b.drop("prior-proposal.md (middle)", f"compacted to evidence.max_file_bytes {limits.max_file_bytes}: "
                                                      f"{omitted} bytes omitted")
 
-    # Fit the total: the lowest-priority row first, then the prior proposal, then give up.
+    # Fit the total: the lowest-priority row first, then the prior proposal, then the oldest rejected candidate.
     while True:
         rows_json = documents.dump_json([r.compact for r in rows])
         files = dict(fixed)
         files["rows.json"] = rows_json
+        files[REJECTED_FILE] = documents.dump_json([entry for _, entry in rejected])
         if proposal is not None:
             files["prior-proposal.md"] = proposal
         for r in rows:
@@ -244,11 +251,18 @@ def build_bundle(
         elif proposal is not None:
             proposal = None
             b.drop("prior-proposal.md", f"no row left to drop; {reason}")
+        elif rejected:
+            label, _ = rejected.pop()
+            b.drop(label, f"no row or proposal left to drop; {reason}")
         else:
             sizes = ", ".join(f"{p} {len(v)}" for p, v in sorted(files.items()))
             raise EvidenceError(f"evidence bundle cannot fit evidence.max_bundle_bytes {limits.max_bundle_bytes}: "
-                                f"{total} bytes with every row and the prior proposal dropped ({sizes})")
+                                f"{total} bytes with every row, the prior proposal and every rejected candidate "
+                                f"dropped ({sizes})")
     counts["selected"] = len(rows)
+    rejected_counts["selected"] = len(rejected)
+    rejected_counts["dropped"] = (rejected_counts["considered"] - rejected_counts["other_incumbent"]
+                                  - rejected_counts["over_cap"] - len(rejected))
 
     for path, data in sorted(files.items()):
         # Defence in depth: whatever the steps above did, nothing leaves with a secret or oracle bytes.
@@ -266,15 +280,17 @@ def build_bundle(
         "evolvable_skills": sorted(set(skills)),
         "files": [{"path": p, "sha256": sha256_bytes(v), "bytes": len(v)} for p, v in sorted(files.items())],
         "rows": counts,
+        "rejected": rejected_counts,
         "dropped": b.dropped,
     }
     validate(manifest, "evidence-manifest", MANIFEST)
     return Bundle(files, manifest)
 
 
-def _guarded_list(b: _Builder, name: str, entries: Iterable[tuple[str, Any]], *, drop_oldest: bool) -> bytes:
-    """A JSON list file of (label, entry): entries the oracle guard refuses are withheld, then entries are dropped
-    (the oldest first, or the last) until the file fits evidence.max_file_bytes."""
+def _guarded_entries(b: _Builder, name: str, entries: Iterable[tuple[str, Any]], *, drop_oldest: bool
+                     ) -> list[tuple[str, Any]]:
+    """The (label, entry) pairs of a JSON list file: entries the oracle guard refuses are withheld, then entries are
+    dropped (the oldest first, or the last) until the file fits evidence.max_file_bytes."""
     kept = []
     for label, entry in entries:
         reason = b.guard.check_value(entry)
@@ -282,12 +298,42 @@ def _guarded_list(b: _Builder, name: str, entries: Iterable[tuple[str, Any]], *,
             b.drop(label, f"withheld: {reason}")
         else:
             kept.append((label, entry))
-    data = documents.dump_json([entry for _, entry in kept])
-    while len(data) > b.limits.max_file_bytes and kept:
+    while len(documents.dump_json([entry for _, entry in kept])) > b.limits.max_file_bytes and kept:
         label, _ = kept.pop(0 if drop_oldest else -1)
         b.drop(label, f"{name} over evidence.max_file_bytes {b.limits.max_file_bytes}")
-        data = documents.dump_json([entry for _, entry in kept])
-    return data
+    return kept
+
+
+def _guarded_list(b: _Builder, name: str, entries: Iterable[tuple[str, Any]], *, drop_oldest: bool) -> bytes:
+    return documents.dump_json([entry for _, entry in _guarded_entries(b, name, entries, drop_oldest=drop_oldest)])
+
+
+def _rejected(b: _Builder, inputs: Inputs) -> tuple[list[tuple[str, Any]], dict[str, int]]:
+    """Rejected candidates of this generation's incumbent, newest first: generation, diff, verdict per arm."""
+    counts = {"considered": len(inputs.rejected), "other_incumbent": 0, "over_cap": 0, "dropped": 0, "selected": 0}
+    shown = []
+    cut = max(b.limits.max_file_bytes // 4, 1)
+    for candidate in inputs.rejected:
+        label = f"rejected candidate of generation {candidate['generation']}"
+        if inputs.incumbent_digest is not None and candidate["incumbent_digest"] != inputs.incumbent_digest:
+            counts["other_incumbent"] += 1
+            b.drop(label, "left out: measured against another incumbent than this generation's")
+            continue
+        if len(shown) >= b.limits.max_rejected:
+            counts["over_cap"] += 1
+            b.drop(label, f"over evidence.max_rejected {b.limits.max_rejected}")
+            continue
+        diff, omitted = compact_text(redact_text(candidate["diff"], b.secrets), cut)
+        if omitted:
+            b.drop(f"{label} (middle of its diff)", f"compacted to a quarter of evidence.max_file_bytes: "
+                                                    f"{omitted} bytes omitted")
+        shown.append((label, redact_obj({
+            "generation": candidate["generation"],
+            "diff": diff,
+            "decisions": [{"candidate_arm": d["candidate_arm"], "decision": d["decision"], "reasons": d["reasons"][:3]}
+                          for d in candidate["decisions"]],
+        }, b.secrets)))
+    return _guarded_entries(b, REJECTED_FILE, shown, drop_oldest=False), counts
 
 
 def _learnings_file(b: _Builder, learnings: Iterable[dict[str, Any]]) -> bytes:

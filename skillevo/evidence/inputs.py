@@ -11,15 +11,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from skillevo import documents, safefs
+from skillevo import documents, memory, safefs
 from skillevo.digests import sha256_bytes
 from skillevo.errors import BadInput
-from skillevo.results import SIDES, cell_name, read_rows
+from skillevo.results import BENCH_FILE, SIDES, cell_name, read_rows
 from skillevo.schemas import validate
 
 MAX_SOURCE_BYTES = 64 << 20  # refuse to even read an input larger than this
 LEARNING_KEYS = frozenset({"skill", "date", "task", "friction", "suggestion"})
-PREVIOUS_ENTRIES = ("bench-incumbent", "bench-candidate", "gate", "proposal.md")
+PREVIOUS_ENTRIES = ("bench-incumbent", "bench-candidate", "gate", "proposal.md", "rejected.json")
 
 
 class EvidenceError(BadInput):
@@ -44,6 +44,8 @@ class Inputs:
     rows: list[SourceRow] = field(default_factory=list)
     promotion: dict[str, Any] | None = None
     proposal: str | None = None
+    rejected: list[dict[str, Any]] = field(default_factory=list)  # skillevo.memory entries, newest first
+    incumbent_digest: str | None = None  # this generation's incumbent family (its bench.json), when known
     digests: dict[str, str] = field(default_factory=dict)
     dropped: list[dict[str, str]] = field(default_factory=list)  # inputs ignored, for the manifest
 
@@ -60,10 +62,11 @@ def _exists(path: Path) -> bool:
 def load_previous(directory: str | Path | None, incumbent: str | Path | None = None) -> Inputs:
     """The previous generation's outputs, and optionally this generation's incumbent side.
 
-    `directory` may hold any of bench-incumbent/, bench-candidate/, gate/promotion.json, proposal.md;
-    anything else in it (a README.md, dotfiles) is ignored, other entries are listed in the manifest as
-    ignored. `incumbent` (dvc.yaml passes results/bench-incumbent) is a bench side directory that takes
-    the place of <directory>/bench-incumbent. No input at all is a cold start.
+    `directory` may hold any of bench-incumbent/, bench-candidate/, gate/promotion.json, proposal.md,
+    rejected.json (skillevo.memory); anything else in it (a README.md, dotfiles) is ignored, other entries are
+    listed in the manifest as ignored. `incumbent` (dvc.yaml passes results/bench-incumbent) is a bench side
+    directory that takes the place of <directory>/bench-incumbent; its bench.json names the incumbent, whose
+    rejected candidates alone the proposer sees. No input at all is a cold start.
     """
     inputs, ignored = Inputs("previous"), []
     sides: dict[str, Path] = {}
@@ -85,6 +88,7 @@ def load_previous(directory: str | Path | None, incumbent: str | Path | None = N
             inputs.dropped.append({"what": "previous bench-incumbent/",
                                    "reason": "ignored: --incumbent gives this generation's incumbent side"})
         sides["incumbent"] = incumbent
+        inputs.incumbent_digest = _skills_digest(incumbent)
     for name in ignored:
         inputs.dropped.append({"what": f"previous {name}", "reason": "ignored: not an evidence input"})
     for side in SIDES:
@@ -108,9 +112,20 @@ def load_previous(directory: str | Path | None, incumbent: str | Path | None = N
         data = safefs.read_file(proposal, max_bytes=MAX_SOURCE_BYTES, what="proposal")
         inputs.proposal = data.decode("utf-8", errors="replace")
         inputs.digests["proposal.md"] = sha256_bytes(data)
+    loaded = memory.load(directory / memory.REJECTED_FILE)
+    if loaded is not None:
+        inputs.rejected, inputs.digests[memory.REJECTED_FILE] = loaded
     if not inputs.digests:
         return Inputs("cold-start", dropped=inputs.dropped)
     return inputs
+
+
+def _skills_digest(side: Path) -> str | None:
+    """The incumbent family a bench side measured (bench.json skills_digest); None before its bench.json exists."""
+    path = side / BENCH_FILE
+    if not _exists(path):
+        return None
+    return validate(documents.load_json(path, what="bench run"), "bench-run", path)["skills_digest"]
 
 
 def load_seed(directory: str | Path) -> Inputs:

@@ -1,5 +1,6 @@
 """The simulator playing the proposer: read the evidence, attribute cost to skill instructions, and
-remove the costliest one it has not tried before — through real tool calls.
+remove the costliest one it has not tried before — through real tool calls. "Tried before" is every line a
+rejected candidate removed (/evidence/rejected.json, all of them, and the prior proposal's), whatever the verdict.
 
 Its knowledge of which tool calls an instruction causes comes from its own playbook (it is the agent that
 made them); a real model has to infer the same from the transcripts, as the prompt asks. What it does not
@@ -11,6 +12,7 @@ shortens long Bash output to a preview, which a whole family's text would not su
 
 from __future__ import annotations
 
+import hashlib
 import json
 import posixpath
 import shlex
@@ -27,7 +29,7 @@ REMOVED = "Instruction removed: "
 # matches one of that instruction's steps (every input token, cached or not, and the output), and prints one
 # small JSON line.
 _ANALYSIS = r'''
-import json, os, sys
+import hashlib, json, os, sys
 sigs = json.loads(sys.argv[1])
 ev = "/evidence"
 def load(p, default):
@@ -78,9 +80,21 @@ for row in rows:
                             cited[ins].append(rid)
 prior = [l[len("Instruction removed: "):].strip() for l in load("prior-proposal.md", "").splitlines()
          if l.startswith("Instruction removed: ")]
+rejected = load("rejected.json", [])
+for cand in rejected if isinstance(rejected, list) else []:
+    diff = cand.get("diff") if isinstance(cand, dict) else None
+    for l in (diff if isinstance(diff, str) else "").splitlines():
+        if l.startswith("-") and not l.startswith("--- a/"):
+            prior.append(l[1:].strip())
+seen = sorted({hashlib.sha256(l.encode()).hexdigest()[:16] for l in prior})
 print("SKILLEVO-ANALYSIS " + json.dumps({"rows": len(rows), "costs": costs,
-                                         "cited": {k: v[:12] for k, v in cited.items()}, "rejected": prior[:8]}))
+                                         "cited": {k: v[:12] for k, v in cited.items()}, "rejected": seen[:64]}))
 '''
+
+
+def _key(line: str) -> str:
+    """How the analysis names a line it must not remove again (a short hash keeps its output bounded)."""
+    return hashlib.sha256(line.strip().encode()).hexdigest()[:16]
 
 
 def _signatures(book: Playbook, cwd: str) -> dict[str, list[list[str]]]:
@@ -127,7 +141,7 @@ def _grep(book: Playbook, evolvable: set[str]) -> str:
     files = " ".join(shlex.quote(f"/work/skills/{s}/SKILL.md") for s in sorted(evolvable))
     patterns = " ".join(f"-e {shlex.quote(i.phrase)}" for i in book.instructions.values())
     return (f"echo {GREP}; grep -n -H -i -F {patterns} {files} 2>/dev/null | head -n 20 | cut -c1-300; "
-            f"grep -n -H '^- ' {files} 2>/dev/null | tail -n 3 | cut -c1-300")
+            f"grep -n -H '^- ' {files} 2>/dev/null | tail -n 6 | cut -c1-300")
 
 
 def _lines(conv: Conversation) -> list[tuple[str, int, str]]:
@@ -151,11 +165,11 @@ def _choose(book: Playbook, analysis: dict[str, Any], lines: list[tuple[str, int
     for tokens, ins in _ranked(book, analysis):
         phrase = book.instructions[ins].phrase.lower()
         for skill, _, line in lines:
-            if phrase in line.lower() and line.strip() not in rejected:
+            if phrase in line.lower() and _key(line) not in rejected:
                 return skill, line, f"the instruction `{ins}`", analysis["cited"].get(ins, []), tokens
     phrases = [i.phrase.lower() for i in book.instructions.values()]
     for skill, _, line in reversed(lines):
-        if line.startswith("- ") and not any(p in line.lower() for p in phrases) and line.strip() not in rejected:
+        if line.startswith("- ") and not any(p in line.lower() for p in phrases) and _key(line) not in rejected:
             return skill, line, "a line that steers no measured behaviour", [], 0
     raise LookupError("no line left that the simulated proposer may remove")
 
