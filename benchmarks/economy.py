@@ -145,7 +145,8 @@ def fixed_runs_for_equal_power(decisions: int = 600) -> tuple[int, float, dict[i
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--seeds", type=int, default=3)
+    parser.add_argument("--seeds", type=int, default=3, help="how many simulator seeds [%(default)s]")
+    parser.add_argument("--first-seed", type=int, default=0, help="the first of them [%(default)s]")
     args = parser.parse_args(argv)
     if not os.environ.get("SKILLEVO_CLAUDE"):
         raise SystemExit("run through `make bench-economy` (it sets SKILLEVO_CLAUDE to the pinned CLI)")
@@ -154,7 +155,7 @@ def main(argv: list[str] | None = None) -> int:
           f"fixed " + ", ".join(f"{n}: {pw:.3f}" for n, pw in powers.items()) + f" -> fixed_rerun at {fixed} runs")
     ways = {"ours": RUNS, "fixed_rerun": fixed, "seed-style": 3}
     totals = {way: {"paid": 0, "false": 0, "true": 0} for way in ways}
-    for seed in range(args.seeds):
+    for seed in range(args.first_seed, args.first_seed + args.seeds):
         with tempfile.TemporaryDirectory(prefix="skillevo-economy-") as tmp:
             for way, runs in ways.items():
                 clone = Path(tmp) / way / "clone"

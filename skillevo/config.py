@@ -99,6 +99,7 @@ class SequentialParams:
     min_improvement_pct: float
     max_resolution_drop_pct: float
     futility_p_value: float
+    futility_confidence: float  # 0: off
 
 
 @dataclass(frozen=True)

@@ -70,7 +70,8 @@ def _copy(src: Path, dst: Path) -> None:
 
 def _ledger(side: Path, since: str | None) -> dict[str, dict[str, float | int]]:
     """What a bench side cost, split by when each row was recorded: rows recorded since this generation started
-    were paid now; older ones were served from DVC's cache (a row's `recorded_at` is when its cell finished)."""
+    were paid now; older ones were served, by DVC's run-cache or the cell store (a row's `recorded_at` is when its
+    cell finished, and a served row keeps it)."""
     out = {"paid": {"cost_usd": 0.0, "sessions": 0}, "served": {"cost_usd": 0.0, "sessions": 0}}
     path = side / "results.jsonl"
     if not path.exists():
@@ -282,13 +283,13 @@ def _improvement(decision: dict[str, Any]) -> str:
 
 
 def report(archive_dir: Path = ARCHIVE) -> str:
-    """Per generation and in all: what was paid for now and what DVC's cache served, and what a promoted
-    percentage point cost. Simulated sessions are labelled: their dollars are the simulator's arithmetic."""
+    """Per generation and in all: what was paid for now and what DVC's run-cache or the cell store served, and
+    what a promoted percentage point cost. Simulated sessions are labelled: their dollars are the simulator's arithmetic."""
     table = rows(archive_dir)
     if not table:
         return "no generations archived yet (run `make evolve`)"
-    lines = ["| gen | decision | estimated improvement (interval) | paid $ (sessions) | served from cache $ "
-             "(sessions) | incumbent side |", "|---|---|---|---|---|---|"]
+    lines = ["| gen | decision | estimated improvement (interval) | paid $ (sessions) | served (run-cache, cell "
+             "store) $ (sessions) | incumbent side |", "|---|---|---|---|---|---|"]
     for r in table:
         lines.append(f"| {r['generation']} | {r['decision']} | {r['improvement_pct']} | {r['cost_usd']:.4f} "
                      f"({r['sessions']}) | {r['served_usd']:.4f} ({r['served_sessions']}) | "
@@ -296,7 +297,8 @@ def report(archive_dir: Path = ARCHIVE) -> str:
     paid, served = sum(r["cost_usd"] for r in table), sum(r["served_usd"] for r in table)
     sessions = sum(r["sessions"] for r in table)
     points = sum(r["promoted_points"] for r in table)
-    lines += ["", f"in all: paid ${paid:.4f} for {sessions} sessions; served from cache ${served:.4f} "
+    lines += ["", f"in all: paid ${paid:.4f} for {sessions} sessions; served by the run-cache and the cell store "
+                  f"${served:.4f} "
                   f"({sum(r['served_sessions'] for r in table)} sessions)"
               + (f"; ${paid / points:.4f} per promoted percentage point" if points > 0 else "; nothing promoted")]
     if any(r["simulated"] for r in table):

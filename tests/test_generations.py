@@ -43,7 +43,7 @@ def test_rows_recorded_before_the_generation_started_were_served_not_paid(tmp_pa
     assert meta["ledger"]["proposer"]["paid"] == {"cost_usd": 0.5, "sessions": 1}
     report = generations.report(archive)
     assert "| 1 | candidate_auto=promote | 12.0% (10.0% to 14.0%) | 1.3000 (2) | 2.5000 (4) | reused |" in report
-    assert "in all: paid $1.3000 for 2 sessions; served from cache $2.5000 (4 sessions); $0.1083 per promoted " \
+    assert "in all: paid $1.3000 for 2 sessions; served by the run-cache and the cell store $2.5000 (4 sessions); $0.1083 per promoted " \
            "percentage point" in report
     assert "simulated:" in report
 
