@@ -50,7 +50,7 @@ def generate_history(repo: Path, commits: int = 10_000, blob_bytes: int = 3000) 
 
 def _task_for(target: Path, root: Path) -> tasks.Task:
     (root / "oracles").mkdir(parents=True, exist_ok=True)
-    (root / "oracles/o.py").write_text("pass\n")
+    (root / "oracles/o.py").write_text("def test_nothing():\n    pass\n")  # an oracle must hold a test
     (root / "tasks.yaml").write_text(
         "schema_version: 1\ntasks:\n  - {id: big, class: trivial, target: %s, prompt: p, verify: 'true',\n"
         "     oracle: {command: 'true', files: [{source: o.py, target: o.py}]}}\n" % target)
