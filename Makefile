@@ -121,7 +121,7 @@ demo-seeds: setup
 	$(PY) -m benchmarks.demo_seeds --seeds $(SEEDS)
 
 bench-cells: setup
-	$(PY) -m benchmarks.bench_cells $(if $(EXECUTOR),--executor $(EXECUTOR))
+	$(PY) -m benchmarks.bench_cells $(if $(EXECUTOR),--executor $(EXECUTOR)) $(if $(LATENCY),--latency $(LATENCY))
 
 clean:
 	rm -rf $(VENV) .tools .pytest_cache results
