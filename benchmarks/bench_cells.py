@@ -182,8 +182,8 @@ def latency_rates(side: SidePlan, params: Params, playbooks: Path, profile: Late
             walls = sorted(row["wall_s"] for row in done)
             n = len(done)
             print(f"latency {profile.name}, {workers} worker(s): {n} cells in {wall:.1f}s (cells {walls[0]:.1f}-"
-                  f"{walls[-1]:.1f}s); CPU per cell: CLI {cpu.cli_s / n:.2f}s, other sandboxed "
-                  f"{cpu.other_s / n:.2f}s, this process {cpu.harness_s / n:.2f}s; load average "
+                  f"{walls[-1]:.1f}s, mean {statistics.mean(walls):.1f}s); CPU per cell: CLI {cpu.cli_s / n:.2f}s, "
+                  f"other sandboxed {cpu.other_s / n:.2f}s, this process {cpu.harness_s / n:.2f}s; load average "
                   f"{os.getloadavg()[0]:.2f}", flush=True)
     return rates
 
