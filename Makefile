@@ -133,7 +133,7 @@ bench-economy: setup
 	$(PY) -m benchmarks.economy --seeds $(or $(ECONOMY_SEEDS),3)
 
 bench-cells: setup
-	$(PY) -m benchmarks.bench_cells $(if $(EXECUTOR),--executor $(EXECUTOR))
+	$(PY) -m benchmarks.bench_cells $(if $(EXECUTOR),--executor $(EXECUTOR)) $(if $(LATENCY),--latency $(LATENCY))
 
 clean:
 	rm -rf $(VENV) .tools .pytest_cache results

@@ -13,6 +13,7 @@ the user across all cells, so the limits a cell shares with nobody are enforced 
 from __future__ import annotations
 
 import os
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -25,10 +26,26 @@ PROC_POLL_S = 0.1
 DISK_POLL_S = 0.25
 
 
-def _tree(root: int) -> list[int]:
-    """`root` and every process it started, theirs, and so on, as the host sees them: processes in nested PID
-    namespaces (the CLI's own sandbox for tool calls) are counted too, and an orphan is reparented to the
-    sandbox's init, so nothing leaves the tree while the sandbox lives."""
+class _ProcessTable:
+    """The host's map of parent -> child PIDs, shared by every watch in this process. A scan reads the stat of
+    every process on the machine, whoever owns it; with many cells at once, one scan per half poll interval
+    serves them all (measured with `make bench-cells` under model latency: the watches' own scans were most of
+    this process's CPU at 8 workers). A watch thus sees the tree at most half an interval late."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._taken = float("-inf")
+        self._children: dict[int, list[int]] = {}
+
+    def children(self, max_age_s: float) -> dict[int, list[int]]:
+        with self._lock:
+            if time.monotonic() - self._taken >= max_age_s:
+                self._taken = time.monotonic()
+                self._children = _scan()
+            return self._children
+
+
+def _scan() -> dict[int, list[int]]:
     children: dict[int, list[int]] = {}
     for entry in os.scandir("/proc"):
         if not entry.name.isdigit():
@@ -39,6 +56,17 @@ def _tree(root: int) -> list[int]:
         except (OSError, IndexError, ValueError):
             continue
         children.setdefault(ppid, []).append(int(entry.name))
+    return children
+
+
+_TABLE = _ProcessTable()
+
+
+def _tree(root: int, max_age_s: float = 0.0) -> list[int]:
+    """`root` and every process it started, theirs, and so on, as the host sees them: processes in nested PID
+    namespaces (the CLI's own sandbox for tool calls) are counted too, and an orphan is reparented to the
+    sandbox's init, so nothing leaves the tree while the sandbox lives."""
+    children = _TABLE.children(max_age_s)
     found, todo = [], [root]
     while todo:
         pid = todo.pop()
@@ -103,7 +131,7 @@ class Watch:
         init = self._init()
         if init is None:
             return None
-        pids = _tree(init)
+        pids = _tree(init, PROC_POLL_S / 2)
         if len(pids) > self.limits.processes:
             return f"processes: {len(pids)} alive, over bench.limits.processes {self.limits.processes}"
         memory = cpu = 0.0

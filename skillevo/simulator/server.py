@@ -5,7 +5,8 @@ with usage computed from the real sizes of the request and the reply, so a longe
 conversation costs more, and split by prompt caching as the API reports it (cache.py). A base URL of the
 form http://127.0.0.1:<port>/mode/<mode> selects a behaviour or a fault for one session (see MODES);
 /cell/<key> (noise.route) names the cell and session a request belongs to, which fixes its noise
-(noise.py). Everything it produces is simulated and is labelled so upstream.
+(noise.py). A latency profile (latency.py; default none) holds each reply back as a real model would.
+Everything it produces is simulated and is labelled so upstream.
 """
 
 from __future__ import annotations
@@ -14,19 +15,22 @@ import hashlib
 import json
 import os
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import urlsplit
 
 from skillevo.simulator import agent, conversation, noise
 from skillevo.simulator.agent import EscapeTargets, Reply
-from skillevo.simulator.cache import PromptCache, tokens
+from skillevo.simulator.cache import BYTES_PER_TOKEN, PromptCache, tokens
+from skillevo.simulator.latency import Latency
 from skillevo.simulator.noise import Noise
 from skillevo.simulator.playbook import Playbook
 
 SESSION_LOG_ENV = "SKILLEVO_SIMULATOR_SESSION_LOG"
 MODES = ("normal", "no-skill", "escape", "overloaded", "server-error", "truncated", "hang")
 NOISY = ("normal", "no-skill")  # the modes the noise profile varies (faults and roles stay exact)
+CHUNK_TOKENS = 4  # under latency, a delta event carries about this many tokens, as the API's carry a few
 
 
 class Simulator:
@@ -34,16 +38,20 @@ class Simulator:
 
     `noise` (default: none) varies sessions seeded by the cell route in their base URL; `max_retries` is what
     the CLI retries (params bench.max_retries), so a simulated overload never fails a request more often.
+    `latency` (default: none, every reply at once) paces each Messages reply as a model would; every connection
+    has its own thread, so a reply that waits holds back no other session.
     """
 
     def __init__(self, playbook: Playbook, *, api_key: str | None = None, escape: EscapeTargets | None = None,
-                 responders: dict[str, Any] | None = None, noise: Noise | None = None, max_retries: int = 2) -> None:
+                 responders: dict[str, Any] | None = None, noise: Noise | None = None, max_retries: int = 2,
+                 latency: Latency | None = None) -> None:
         self.playbook = playbook
         self.api_key = api_key
         self.escape = escape
         self.responders = dict(responders or {})  # extra modes (e.g. the proposer role), mode -> fn(conv, body)
         self.noise = noise or Noise()
         self.max_retries = max_retries
+        self.latency = latency
         self.cache = PromptCache()
         self._lock = threading.Lock()
         self._sessions: dict[str, str] = {}  # CLI session id -> mode
@@ -192,6 +200,7 @@ class _Handler(BaseHTTPRequestHandler):
         return given == key
 
     def do_POST(self) -> None:
+        received = time.monotonic()  # a latency profile's TTFT counts from here, as the API's does
         length = int(self.headers.get("content-length") or 0)
         raw = self.rfile.read(length)
         mode, cell, path = self._route()
@@ -229,7 +238,15 @@ class _Handler(BaseHTTPRequestHandler):
             return self._error(400, "invalid_request_error", f"skillevo simulator failure (not an API error): "
                                                              f"{failure}")
         message = _message(body, len(raw), reply, self.sim.cache.usage((cell, session_id), body, len(raw)))
+        ttft_s, generate_s = 0.0, 0.0
+        if self.sim.latency is not None:  # computed from the reply's tokens; it never changes them
+            ttft_s, generate_s = self.sim.latency.pace(cell, len(body.get("messages") or []),
+                                                       message["usage"]["output_tokens"])
         if not body.get("stream"):
+            wait = received + ttft_s + generate_s - time.monotonic()  # the whole delay before a plain reply
+            if wait > 0 and self.sim.stopping.wait(wait):
+                self.close_connection = True
+                return None
             if mode == "truncated":  # promise the whole body, send half, hang up
                 data = json.dumps(message).encode()
                 self.send_response(200)
@@ -240,9 +257,13 @@ class _Handler(BaseHTTPRequestHandler):
                 self.close_connection = True
                 return None
             return self._json(200, message)
-        self._stream(message, truncate=(mode == "truncated"))
+        self._stream(message, truncate=(mode == "truncated"), start=received, ttft_s=ttft_s, generate_s=generate_s)
 
-    def _stream(self, message: dict[str, Any], truncate: bool) -> None:
+    def _stream(self, message: dict[str, Any], truncate: bool, start: float, ttft_s: float = 0.0,
+                generate_s: float = 0.0) -> None:
+        """The reply as server-sent events. Each event is sent once the share of the output it completes is
+        generated: `ttft_s` plus that share of `generate_s` after `start` (without latency, all at once, one
+        delta per block). Events already due go out in one write."""
         self.send_response(200)
         self.send_header("content-type", "text/event-stream")
         self.send_header("cache-control", "no-cache")
@@ -250,28 +271,47 @@ class _Handler(BaseHTTPRequestHandler):
         self.end_headers()
         self.close_connection = True
 
-        def event(kind: str, data: dict[str, Any]) -> None:
-            self.wfile.write(f"event: {kind}\ndata: {json.dumps(data)}\n\n".encode())
+        def event(kind: str, data: dict[str, Any]) -> bytes:
+            return f"event: {kind}\ndata: {json.dumps(data)}\n\n".encode()
 
-        usage = message["usage"]
-        start = {**message, "content": [], "stop_reason": None, "usage": {**usage, "output_tokens": 1}}
-        event("message_start", {"type": "message_start", "message": start})
-        for i, block in enumerate(message["content"]):
+        blocks = []  # (content_block_start's block, delta type, delta field, the text it streams)
+        for block in message["content"]:
             if block["type"] == "tool_use":
-                event("content_block_start", {"type": "content_block_start", "index": i,
-                                              "content_block": {**block, "input": {}}})
-                delta = {"type": "input_json_delta", "partial_json": json.dumps(block["input"])}
+                blocks.append(({**block, "input": {}}, "input_json_delta", "partial_json", json.dumps(block["input"])))
             else:
-                event("content_block_start", {"type": "content_block_start", "index": i,
-                                              "content_block": {"type": "text", "text": ""}})
-                delta = {"type": "text_delta", "text": block["text"]}
+                blocks.append(({"type": "text", "text": ""}, "text_delta", "text", block["text"]))
+        total = sum(len(text) for *_, text in blocks) or 1
+        size = CHUNK_TOKENS * BYTES_PER_TOKEN if ttft_s or generate_s else 0
+        usage = message["usage"]
+        start_msg = {**message, "content": [], "stop_reason": None, "usage": {**usage, "output_tokens": 1}}
+        events = [(0.0, event("message_start", {"type": "message_start", "message": start_msg}))]  # (share, bytes)
+        done = 0
+        for i, (head, kind, field, text) in enumerate(blocks):
+            events.append((done / total, event("content_block_start", {"type": "content_block_start", "index": i,
+                                                                       "content_block": head})))
             if truncate:  # cut the stream mid-event: no block stop, no message stop
-                self.wfile.write(b"event: content_block_delta\ndata: {\"type\": \"content_bl")
-                self.wfile.flush()
-                return
-            event("content_block_delta", {"type": "content_block_delta", "index": i, "delta": delta})
-            event("content_block_stop", {"type": "content_block_stop", "index": i})
-        event("message_delta", {"type": "message_delta", "delta": {"stop_reason": message["stop_reason"], "stop_sequence": None},
-                                "usage": {"output_tokens": usage["output_tokens"]}})
-        event("message_stop", {"type": "message_stop"})
+                events.append((done / total, b"event: content_block_delta\ndata: {\"type\": \"content_bl"))
+                break
+            for piece in [text[j:j + size] for j in range(0, len(text), size)] if size and text else [text]:
+                done += len(piece)
+                events.append((done / total, event("content_block_delta", {
+                    "type": "content_block_delta", "index": i, "delta": {"type": kind, field: piece}})))
+            events.append((done / total, event("content_block_stop", {"type": "content_block_stop", "index": i})))
+        else:
+            events.append((1.0, event("message_delta", {
+                "type": "message_delta", "delta": {"stop_reason": message["stop_reason"], "stop_sequence": None},
+                "usage": {"output_tokens": usage["output_tokens"]}})))
+            events.append((1.0, event("message_stop", {"type": "message_stop"})))
+        due = bytearray()
+        for share, data in events:
+            wait = start + ttft_s + share * generate_s - time.monotonic()
+            if wait > 0:
+                if due:
+                    self.wfile.write(due)
+                    self.wfile.flush()
+                    due.clear()
+                if self.sim.stopping.wait(wait):
+                    return
+            due += data
+        self.wfile.write(due)
         self.wfile.flush()

@@ -1,0 +1,66 @@
+"""The watchdog's view of a sandbox's process tree: one shared scan of /proc serves every watch in the process."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+from skillevo.sandbox import watch
+
+
+def _child(*args: str) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-c", *args])
+
+
+def test_the_tree_holds_grandchildren_and_a_fresh_scan_sees_a_new_process():
+    parent = _child("import subprocess, sys, time; subprocess.Popen([sys.executable, '-c', 'import time; "
+                    "time.sleep(30)']); time.sleep(30)")
+    try:
+        deadline = time.monotonic() + 10
+        while len(watch._tree(parent.pid)) < 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert len(watch._tree(parent.pid)) == 2  # the child's child is in its tree
+        cached = watch._TABLE.children(60)
+        late = _child("import time; time.sleep(30)")
+        try:
+            assert watch._TABLE.children(60) is cached  # within max_age: the same scan, no new one
+            assert late.pid not in cached.get(os.getpid(), [])
+            assert late.pid in watch._TABLE.children(0)[os.getpid()]  # a fresh scan sees it
+        finally:
+            late.kill()
+            late.wait()
+    finally:
+        for pid in watch._tree(parent.pid, 0)[1:]:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        parent.kill()
+        parent.wait()
+
+
+def test_many_watches_share_scans(monkeypatch):
+    scans = []
+    real = watch._scan
+    monkeypatch.setattr(watch, "_scan", lambda: scans.append(time.monotonic()) or real())
+    max_age, calls = 0.05, []
+
+    def poll() -> None:
+        for _ in range(10):
+            watch._tree(1, max_age)
+            calls.append(1)
+            time.sleep(0.1)
+
+    threads = [threading.Thread(target=poll) for _ in range(8)]
+    start = time.monotonic()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    elapsed = time.monotonic() - start
+    assert len(calls) == 80
+    assert len(scans) <= elapsed / max_age + 1 and len(scans) < len(calls) / 2
+    assert all(b - a >= max_age for a, b in zip(scans, scans[1:]))  # never two scans within max_age
