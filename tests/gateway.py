@@ -20,6 +20,7 @@ class BearerGateway:
         parts = urlsplit(upstream)
         self.host, self.port, self.prefix = parts.hostname, parts.port, parts.path.rstrip("/")
         self.token = token
+        self.down = False  # True: every request gets 503, as a gateway in an outage
         self.seen: list[dict] = []  # per request: {"authorized": bool, "headers": lower-case header names}
         self._lock = threading.Lock()
         self._server: ThreadingHTTPServer | None = None
@@ -62,6 +63,9 @@ class _Handler(BaseHTTPRequestHandler):
     def do_POST(self) -> None:
         gw: BearerGateway = self.server.gateway  # type: ignore[attr-defined]
         body = self.rfile.read(int(self.headers.get("content-length") or 0))
+        if gw.down:
+            return self._send(503, [("content-type", "application/json")],
+                              b'{"type":"error","error":{"type":"api_error","message":"upstream unavailable"}}')
         authorized = self.headers.get("authorization") == f"Bearer {gw.token}"
         with gw._lock:
             gw.seen.append({"authorized": authorized, "headers": sorted(k.lower() for k in self.headers)})
