@@ -405,9 +405,9 @@ def test_a_null_candidate_under_realistic_noise_is_not_promoted_and_rows_follow_
     assert "a line that steers no measured behaviour" in (clone / "results/proposal/proposal.md").read_text()
     decisions = json.loads((clone / "results/gate/promotion.json").read_text())["decisions"]
     assert len(decisions) == 2 and all(d["decision"] != "promote" for d in decisions), out[-3000:]
-    for d in decisions:  # no practical difference, whatever the noise: the interval sits around zero
+    for d in decisions:  # no real difference, whatever the noise: the interval holds zero
         low, high = d["estimate"]["interval_pct"]
-        assert low < 5 and high > -5 and abs(d["estimate"]["improvement_pct"]) < 5, d["estimate"]
+        assert low < 0 < high, d["estimate"]
     rows = [json.loads(line) for side in ("incumbent", "candidate")
             for line in (clone / f"results/bench-{side}/results.jsonl").read_text().splitlines()]
     assert json.loads((clone / "results/bench-candidate/bench.json").read_text())["simulator"] == {

@@ -432,7 +432,8 @@ def test_ctrl_c_cancels_outstanding_cells_and_keeps_the_finished_ones(cluster, t
                              "--out", str(out)], cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             start_new_session=True)
     deadline = time.monotonic() + 120
-    while not ((out / "results.jsonl").is_file() and (out / "results.jsonl").read_bytes()):
+    staged = tmp_path / f".out.staging-{proc.pid}" / "results.jsonl"  # the side is staged beside --out
+    while not (staged.is_file() and staged.read_bytes()):
         assert proc.poll() is None and time.monotonic() < deadline, proc.stderr.read() if proc.poll() else "timeout"
         time.sleep(0.1)
     proc.send_signal(signal.SIGINT)
@@ -441,6 +442,7 @@ def test_ctrl_c_cancels_outstanding_cells_and_keeps_the_finished_ones(cluster, t
     assert b"interrupted" in err and re.search(rb"bench: +\d+%.*\| *[1-9]\d*/18 ", err), err  # the progress bar
     rows = _rows(out)
     assert 1 <= len(rows) < 18 and not (out / "bench.json").exists()  # 2 tasks x 3 arms x 3 runs
+    assert (out / ".partial").is_file()  # published whole, marked: what an interrupted bench kept
     for row in rows:
         validate(row, "result-row.schema.json", "row")
     assert not _sessions_left(tmp_path)
