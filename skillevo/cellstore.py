@@ -47,6 +47,7 @@ ENTRIES = "v1"
 SUFFIX = ".json.gz"
 MAX_ENTRY_BYTES = 64 << 20  # compressed, as stored
 MAX_EXPANDED_BYTES = 256 << 20  # decompressed: a small file that expands without bound is refused
+NOT_STORED = "not stored"  # the one miss that is not worth a word: the cell simply has not run yet
 REMOTE_DIR = "skillevo-cells"  # beside DVC's own files/ and runs/ on the DVC remote
 IDENTITY = ("task", "arm", "run", "side", "skills_digest", "overlay_digest", "task_binding_digest", "base_commit",
             "model", "backend", "effort", "simulated")
@@ -134,10 +135,10 @@ class Store:
     def read(self, k: str) -> dict[str, Any]:
         """An entry that is whole and is what its name says (Miss otherwise); its artifacts decoded to bytes."""
         path = self.path(k)
+        if not os.path.lexists(path):
+            raise Miss(NOT_STORED)
         try:
             raw = safefs.read_file(path, max_bytes=MAX_ENTRY_BYTES, what="cell store entry")
-        except FileNotFoundError:
-            raise Miss("not stored") from None
         except (BadInput, OSError) as e:
             raise Miss(str(e)) from None
         try:

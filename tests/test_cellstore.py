@@ -287,3 +287,10 @@ def test_a_bench_killed_with_sigkill_resumes_paying_for_no_finished_cell(tmp_pat
     rows = _rows(out)
     assert len(rows) == 12 == len({(r["task"], r["arm"], r["run"]) for r in rows})
     assert not list(out.parent.glob(".bench-incumbent.staging-*"))  # the killed bench's staging was cleared
+
+
+def test_a_cell_never_stored_is_a_quiet_miss(tmp_path, specs):
+    """The bench names every refused entry, but not a cell that simply has not run yet (one line per cell)."""
+    with pytest.raises(cellstore.Miss) as missed:
+        cellstore.Store(tmp_path / "store").serve(specs[0], CTX, 90)
+    assert str(missed.value) == cellstore.NOT_STORED

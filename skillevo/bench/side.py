@@ -284,7 +284,7 @@ def _serve(store: cellstore.Store | None, cells: list[CellSpec], ctx: cellstore.
         try:
             served.append((cell, store.serve(cell, ctx, max_age_days)))
         except cellstore.Miss as e:
-            if str(e) != "not stored" and not quiet:
+            if str(e) != cellstore.NOT_STORED and not quiet:
                 print(f"bench: not served: {e}", file=sys.stderr)
     return keys, served
 
