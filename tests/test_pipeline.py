@@ -160,7 +160,9 @@ def test_a_bench_killed_with_its_stage_or_its_dvc_resumes_paying_for_no_finished
     shutil.copytree(demo["clone"], clone, symlinks=True)
     config.set_value(clone / "params.yaml", "sampling", "runs", 6)  # runs 1-5 are stored: only run 6 is new
     before = _store_keys(clone)
-    proc = subprocess.Popen([DVC, "repro", "bench@incumbent"], cwd=clone, env=_env(), stdout=subprocess.DEVNULL,
+    # under dash, the shell that does not exec a lone command: DVC runs stage commands with $SHELL
+    proc = subprocess.Popen([DVC, "repro", "bench@incumbent"], cwd=clone, env=_env(SHELL="/bin/sh"),
+                            stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL, start_new_session=True)
     deadline = time.monotonic() + 300
     while len(_store_keys(clone) - before) < 3 and time.monotonic() < deadline:
