@@ -142,13 +142,22 @@ def _store_keys(clone: Path) -> set[str]:
     return {p.name for p in (clone / ".skillevo/cells/v1").glob("*/*.json.gz")}
 
 
-def _wait_gone(marker: str, timeout: float = 90) -> None:
-    from tests.conftest import carrying
+def _started(pid: int) -> str | None:
+    """The start time of `pid` (/proc/<pid>/stat field 22), so that a reused pid is not taken for the old one."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19]
+    except (OSError, IndexError):
+        return None
 
+
+def _wait_gone(tree: dict[int, str | None], timeout: float = 90) -> None:
+    """Wait for every process of a killed repro, wherever it was reparented (a stage's command line names no
+    path of the test, so only the tree taken before the kill finds it)."""
     deadline = time.monotonic() + timeout
-    while carrying(marker) and time.monotonic() < deadline:
+    alive = lambda: [pid for pid, start in tree.items() if start is not None and _started(pid) == start]  # noqa: E731
+    while alive() and time.monotonic() < deadline:
         time.sleep(0.2)
-    assert not carrying(marker), "a process of the killed repro outlived it"
+    assert not alive(), f"processes of the killed repro outlived it: {[cmdline(pid) for pid in alive()]}"
 
 
 @pytest.mark.timeout(900)  # the module's demo may be built inside the first test that asks for it
@@ -168,13 +177,14 @@ def test_a_bench_killed_with_its_stage_or_its_dvc_resumes_paying_for_no_finished
     while len(_store_keys(clone) - before) < 3 and time.monotonic() < deadline:
         assert proc.poll() is None, "the repro ended before it could be killed"
         time.sleep(0.05)
+    tree = {pid: _started(pid) for pid in process_tree({proc.pid})}
     if victim == "dvc":
         os.kill(proc.pid, signal.SIGKILL)  # the stage learns it through PR_SET_PDEATHSIG and stops
     else:
         stage = [pid for pid in process_tree({proc.pid}) if "stages.bench" in cmdline(pid)]
         os.kill(min(stage), signal.SIGKILL)
     proc.wait(120)
-    _wait_gone(str(clone))
+    _wait_gone(tree)
     finished = _store_keys(clone) - before
     side = clone / "results/bench-incumbent"
     assert not (side / "bench.json").exists()  # never a side that looks whole; at most the marked partial
