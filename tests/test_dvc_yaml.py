@@ -30,6 +30,14 @@ def _stages() -> dict[str, dict]:
 
 
 @pytest.mark.parametrize("name", sorted(_stages()))
+def test_every_stage_is_execd_so_it_is_dvcs_own_child(name):
+    """Without `exec`, a shell that does not exec a lone command (dash) stays between DVC and the stage, and a
+    stage whose `dvc` is killed runs on orphaned: PR_SET_PDEATHSIG only sees the shell."""
+    stage = _stages()[name]
+    assert stage.get("do", stage)["cmd"].startswith("exec python -m stages."), f"{name}: cmd is not exec'd"
+
+
+@pytest.mark.parametrize("name", sorted(_stages()))
 def test_code_dependencies_are_exactly_the_import_closure(name):
     stage = _stages()[name]
     body = stage.get("do", stage)
