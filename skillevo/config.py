@@ -100,6 +100,7 @@ class SequentialParams:
     max_resolution_drop_pct: float
     futility_p_value: float
     futility_confidence: float  # 0: off
+    futility_below_pct: float  # the saving worth the remaining runs (the plan's design alternative)
 
 
 @dataclass(frozen=True)

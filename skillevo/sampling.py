@@ -59,9 +59,9 @@ def interim(incumbent_rows: Iterable[Mapping[str, Any]], candidate_rows: Iterabl
       drop's upper bound at the same level is within `max_resolution_drop_pct` (what the gate will ask, so an
       early stop is not wasted);
     - futility (before the last look): the p-value is above `futility_p_value`, or the estimate's one-sided
-      upper bound at `futility_confidence` is below `min_improvement_pct` (the candidate cannot plausibly reach
-      the practical threshold), or a valid run has the metric unmeasured or not positive (the gate never
-      promotes on such a run, and the run stays).
+      upper bound at `futility_confidence` is below `futility_below_pct` (the candidate cannot plausibly save
+      what the remaining runs are for), or a valid run has the metric unmeasured or not positive (the gate
+      never promotes on such a run, and the run stays).
     Apply needs every arm, so one futile arm stops the side as futile; it stops to promote only when every arm
     is efficacious. An arm with a task that has no valid run yet on either side can be neither: continue.
     Reads sampling params only: the gate stays the judge (docs/gate.md, sequential runs).
@@ -130,10 +130,10 @@ def _look_arm(incumbent_rows: list[Mapping[str, Any]], candidate_rows: list[Mapp
         return FUTILITY, f"futile ({found}; above futility_p_value {seq.futility_p_value:g})"
     if not last and seq.futility_confidence > 0:
         bound = stats.log_ratio(strata, 1 - seq.futility_confidence)
-        if bound is not None and bound.interval_pct[1] < seq.min_improvement_pct:
+        if bound is not None and bound.interval_pct[1] < seq.futility_below_pct:
             return FUTILITY, (f"futile ({found}; at {100 * seq.futility_confidence:g}% confidence the saving is at "
-                              f"most {bound.interval_pct[1]:.1f}%, below min_improvement_pct "
-                              f"{seq.min_improvement_pct:g})")
+                              f"most {bound.interval_pct[1]:.1f}%, below futility_below_pct "
+                              f"{seq.futility_below_pct:g})")
     return CONTINUE, f"undecided ({found})"
 
 
