@@ -116,11 +116,12 @@ class Store:
                     if entry.name.endswith(SUFFIX) and entry.name[:2] == shard.name:
                         yield entry.name.removesuffix(SUFFIX)
 
-    def put(self, k: str, mat: Mapping[str, Any], result: CellResult) -> bool:
-        """Store a finished cell unless it is not a valid measurement or a valid entry is already there."""
+    def put(self, k: str, mat: Mapping[str, Any], result: CellResult, replace: bool = False) -> bool:
+        """Store a finished cell unless it is not a valid measurement or a valid entry is already there (with
+        `replace`, a drifted arm's new measurement replaces it: skillevo/bench/canary.py)."""
         if not storable(result.row):
             return False
-        if self.path(k).exists():
+        if self.path(k).exists() and not replace:
             try:
                 self.read(k)
                 return False  # the first measurement of a key stays, as in DVC's run-cache

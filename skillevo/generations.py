@@ -81,6 +81,12 @@ def _ledger(side: Path, since: str | None) -> dict[str, dict[str, float | int]]:
         kind = "paid" if since is None or (row.get("recorded_at") or "") >= since else "served"
         out[kind]["cost_usd"] = round(out[kind]["cost_usd"] + (row.get("cost_usd") or 0.0), 6)
         out[kind]["sessions"] += len(row.get("session_ids") or [])
+    bench = side / "bench.json"
+    canaries = ((_json(bench).get("cell_store") or {}).get("canaries") or []) if bench.exists() else []
+    for canary in canaries:  # paid besides the side's rows (params bench.canary)
+        kind = "paid" if since is None or (canary.get("recorded_at") or "") >= since else "served"
+        out[kind]["cost_usd"] = round(out[kind]["cost_usd"] + (canary.get("cost_usd") or 0.0), 6)
+        out[kind]["sessions"] += canary.get("sessions") or 0
     return out
 
 

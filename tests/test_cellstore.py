@@ -114,12 +114,12 @@ def _bench(tasks_file: Path, store: Path, out: Path, runs: int = 1) -> dict:
 @pytest.mark.bwrap
 def test_a_second_bench_pays_for_nothing_and_more_runs_pay_only_the_new_ones(stored, tmp_path):
     tasks_file, store, first = stored
-    assert json.loads((first / "bench.json").read_text())["cell_store"] == {"served": 0, "paid": 6, "stored": 6}
+    assert json.loads((first / "bench.json").read_text())["cell_store"] == {"served": 0, "paid": 6, "stored": 6, "canaries": []}
     again = _bench(tasks_file, store, tmp_path / "again")
-    assert again["cell_store"] == {"served": 6, "paid": 0, "stored": 0}
+    assert again["cell_store"] == {"served": 6, "paid": 0, "stored": 0, "canaries": []}
     assert (tmp_path / "again/results.jsonl").read_bytes() == (first / "results.jsonl").read_bytes()
     more = _bench(tasks_file, _copy_store(store, tmp_path), tmp_path / "more", runs=2)
-    assert more["cell_store"] == {"served": 6, "paid": 6, "stored": 6}
+    assert more["cell_store"] == {"served": 6, "paid": 6, "stored": 6, "canaries": []}
     assert {(r["task"], r["arm"], r["run"]) for r in _rows(tmp_path / "more")} == {
         (t, a, r) for t in ("cheat", "greet") for a in ("auto", "baseline", "workflow") for r in (1, 2)}
 
@@ -197,7 +197,7 @@ def test_an_entry_that_is_not_what_it_says_is_never_served(stored, tmp_path, how
     assert str(store.path(k)) in str(refused.value) and "rule" in str(refused.value), refused.value
     if how == "cost":  # and a bench then pays for exactly that cell again
         out = _bench(tasks_file, store.root, tmp_path / "out")
-        assert out["cell_store"] == {"served": 5, "paid": 1, "stored": 1}
+        assert out["cell_store"] == {"served": 5, "paid": 1, "stored": 1, "canaries": []}
 
 
 def test_faults_are_never_stored(tmp_path, specs):

@@ -138,3 +138,17 @@ def test_hand_on_refuses_an_archive_tracked_but_not_pulled(tmp_path, monkeypatch
                                        r"run `make pull` first"):
         generations.hand_on(tmp_path / "generations", tmp_path / "previous")
     assert (tmp_path / "previous/memory/rejected.json").read_text() == "kept\n"
+
+
+def test_a_canary_of_a_served_incumbent_is_paid_and_counted(tmp_path):
+    archive = tmp_path / "generations"
+    cached = "2026-11-30T09:00:00+00:00"
+    results = _results(tmp_path / "a", [_row(1, cached, 1.0, 2), _row(2, cached, 1.5, 2)],
+                       [_row(1, "2026-12-01T10:05:00+00:00", 0.8)], 12.0, "promote")
+    canary = {"task": "t", "arm": "auto", "run": 1, "sessions": 2, "cost_usd": 0.9,
+              "recorded_at": "2026-12-01T10:01:00+00:00", "drift": None}
+    (results / "bench-incumbent/bench.json").write_text(json.dumps(
+        {"model": {"simulated": True}, "cell_store": {"served": 2, "paid": 0, "stored": 0, "canaries": [canary]}}))
+    generations.archive(results, archive, started_at=START, ran=frozenset({"propose", "bench@incumbent"}))
+    ledger = json.loads((archive / "gen-001/meta.json").read_text())["ledger"]["incumbent"]
+    assert ledger == {"paid": {"cost_usd": 0.9, "sessions": 2}, "served": {"cost_usd": 2.5, "sessions": 4}}

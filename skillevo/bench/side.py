@@ -26,6 +26,7 @@ from skillevo import cellstore, documents, frontmatter, harness, layout, models,
 from skillevo import modes as modes_mod
 from skillevo import tasks as tasks_mod
 from skillevo.agent import cli
+from skillevo.bench import canary
 from skillevo.bench.cell import CellResult, CellSpec
 from skillevo.bench.executor import Executor, LocalExecutor
 from skillevo.bench.report import write_report
@@ -112,12 +113,12 @@ class _Writer:
 
     def __init__(self, out: Path, total: int, quiet: bool, cancel: threading.Event | None = None,
                  max_consecutive: int = 0, store: cellstore.Store | None = None,
-                 keys: dict[str, tuple[str, dict[str, Any]]] | None = None) -> None:
+                 keys: dict[str, tuple[str, dict[str, Any]]] | None = None, replace: set[str] | None = None) -> None:
         self.out, self.lock = out, threading.Lock()
         self.rows: list[dict[str, Any]] = []
         self.failures = self.served = self.stored = 0
         self.cancel, self.max_consecutive, self.consecutive = cancel, max_consecutive, 0
-        self.store, self.keys = store, keys or {}
+        self.store, self.keys, self.replace = store, keys or {}, replace or set()  # replace: cells of drifted arms
         self.outage: str | None = None
         self.bar = tqdm(total=total, unit="cell", desc="bench", file=sys.stderr, disable=quiet, dynamic_ncols=True)
         self.results = os.open(out / "results.jsonl", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
@@ -126,7 +127,8 @@ class _Writer:
         validate(result.row, "result-row", f"row of cell {cell.name}")
         if not served and self.store is not None and cell.name in self.keys:
             k, mat = self.keys[cell.name]
-            self.stored += self.store.put(k, mat, result)  # before anything else: a kill after this loses nothing
+            # before anything else: a kill after this loses nothing
+            self.stored += self.store.put(k, mat, result, replace=cell.name in self.replace)
         with self.lock:
             for rel, data in result.artifacts.items():
                 (self.out / rel).parent.mkdir(parents=True, exist_ok=True)
@@ -352,8 +354,19 @@ def run_side(p: SidePlan, params: Params, out: Path, *, executor: Executor | Non
         staging = _staging(out)
         stack.callback(safefs.remove_tree, staging)  # renamed away on every path that keeps it
         with _cancel_on_signals() as cancel:
+            canaries: list[canary.Canary] = []
+            if params.bench.canary and p.side == "incumbent" and served:
+                canaries = canary.check({c.name: (c, r) for c, r in served}, runner, cancel,
+                                        params.sampling.sequential.metric, params.bench.canary_tolerance)
+                drifted = {k.cell.arm.name for k in canaries if k.drift}
+                for k in canaries:
+                    if k.drift and not quiet:
+                        print(f"bench: canary {k.cell.name} drifted: {k.drift}; every cell of arm {k.cell.arm.name} "
+                              "is paid again", file=sys.stderr)
+                served = [(c, r) for c, r in served if c.arm.name not in drifted]
             writer = _Writer(staging, len(cells), quiet, cancel, params.bench.max_consecutive_failures, cells_store,
-                             keys)
+                             keys, replace={c.name for c in cells if any(k.drift and k.cell.arm == c.arm
+                                                                         for k in canaries)})
             try:
                 scheduled, sequential = _run_looks(p, params, cells, looks, {c.name: r for c, r in served}, writer,
                                                    runner, cancel, incumbent_rows, quiet)
@@ -384,8 +397,9 @@ def run_side(p: SidePlan, params: Params, out: Path, *, executor: Executor | Non
             "skills_digest": p.skills_digest, "served_models": served_models(rows),
             "limits": params.bench.limits.enforced(), "cells": scheduled, "rows": len(rows), "sequential": sequential,
             "simulator": noise.provenance() if noise else None, "replicate": params.sampling.replicate,
-            "cell_store": None if cells_store is None else {"served": writer.served, "paid": len(rows) - writer.served,
-                                                            "stored": writer.stored},
+            "cell_store": None if cells_store is None else {
+                "served": writer.served, "paid": len(rows) - writer.served, "stored": writer.stored,
+                "canaries": [k.to_dict(params.sampling.sequential.metric) for k in canaries]},
         }
         validate(provenance, "bench-run", out / "bench.json")
         safefs.write_atomic(staging / "bench.json", documents.dump_json(provenance))
