@@ -15,7 +15,7 @@ export PATH := $(abspath $(VENV))/bin:$(PATH)
 export SKILLEVO_CLAUDE := $(abspath $(CLAUDE_BIN))
 export DVC_NO_ANALYTICS := 1
 
-.PHONY: setup system-packages demo repro apply revert evolve report push pull gc session-demo test bench-session bench-cells bench-pipeline gate-study demo-seeds bench-economy plots modes clean
+.PHONY: setup system-packages demo repro apply revert evolve report push pull gc session-demo test bench-session bench-cells bench-pipeline gate-study demo-seeds bench-economy gate-study-simulator plots modes clean
 setup: system-packages $(INSTALLED) $(CLAUDE_BIN)
 
 # bwrap, socat (the model relay and Claude's inner sandbox), git, and Debian's python3 with pytest (what
@@ -129,6 +129,9 @@ demo-seeds: setup
 
 # Paid sessions per decision over a scripted 3-generation schedule: ours (cell store + sequential runs) against
 # re-running the incumbent every generation at equal power, and the seed's way for reference (~10 min a seed).
+gate-study-simulator: setup
+	$(PY) -m benchmarks.simulator_null --pool $(or $(POOL),40) --resamples $(or $(RESAMPLES),1000)
+
 bench-economy: setup
 	$(PY) -m benchmarks.economy --seeds $(or $(ECONOMY_SEEDS),3)
 
