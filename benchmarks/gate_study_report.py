@@ -129,7 +129,7 @@ def write_sequential(out: Path, rates: dict[Cell, SequentialRates], bound: float
                     for runs in SEQUENTIAL_RUNS)
         + f". interim: efficacy alpha {seq.alpha:g}, min_improvement_pct {seq.min_improvement_pct:g}, "
         f"max_resolution_drop_pct {seq.max_resolution_drop_pct:g}, futility_p_value {seq.futility_p_value:g}, "
-        f"futility_confidence {seq.futility_confidence:g}. "
+        f"futility_confidence {seq.futility_confidence:g}, futility_below_pct {seq.futility_below_pct:g}. "
         f"A null cell's target is alpha + 3 standard errors = {bound:.4f}.", "",
         f"- worst null cell (boundary, regression, missing data): sequential **{x:.4f}**, bonferroni "
         f"**{xb:.4f}**, fixed on the same benches **{xf:.4f}**",
