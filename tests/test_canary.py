@@ -60,7 +60,7 @@ class Drifted(LocalExecutor):
 
 
 def _bench(tasks_file: Path, store: Path, out: Path, executor=None) -> dict:
-    p = params(runs=2, bench={"canary": True})
+    p = params(runs=1, bench={"canary": True})
     run_side(plan("incumbent", tasks_file, ROOT / "skills", None, p), p, out, quiet=True, store=store,
              executor=executor)
     return json.loads((out / "bench.json").read_text())
@@ -72,7 +72,7 @@ def test_a_canary_per_reused_arm_and_a_drifted_arm_paid_again_whole(tmp_path):
     tasks_file = make_mini(tmp_path)
     store = tmp_path / "store"
     first = _bench(tasks_file, store, tmp_path / "first")
-    assert first["cell_store"]["canaries"] == [] and first["cell_store"]["paid"] == 12  # nothing was reused
+    assert first["cell_store"]["canaries"] == [] and first["cell_store"]["paid"] == 6  # nothing was reused
     shutil.copytree(store, tmp_path / "store-before")
 
     steady = Drifted(arm="none")  # the same model: every canary agrees with the store
@@ -80,23 +80,23 @@ def test_a_canary_per_reused_arm_and_a_drifted_arm_paid_again_whole(tmp_path):
     canaries = again["cell_store"]["canaries"]
     assert sorted(c["arm"] for c in canaries) == ["auto", "baseline", "workflow"]
     assert all(c["drift"] is None and c["task"] == "cheat" and c["run"] == 1 and c["sessions"] >= 1 for c in canaries)
-    assert len(steady.ran) == 3 and again["cell_store"] == {**again["cell_store"], "served": 12, "paid": 0}
+    assert len(steady.ran) == 3 and again["cell_store"] == {**again["cell_store"], "served": 6, "paid": 0}
 
     changed = Drifted(arm="workflow")
     drifted = _bench(tasks_file, store, tmp_path / "drifted", changed)
     by_arm = {c["arm"]: c for c in drifted["cell_store"]["canaries"]}
     assert "outside the stored runs'" in by_arm["workflow"]["drift"]
     assert by_arm["auto"]["drift"] is None and by_arm["baseline"]["drift"] is None
-    assert drifted["cell_store"]["served"] == 8 and drifted["cell_store"]["paid"] == 4  # the workflow arm, whole
-    assert drifted["cell_store"]["stored"] == 4  # its new measurements replace the stored ones
-    assert sum(name.split("-")[-2] == "workflow" for name in changed.ran) == 5  # the canary, then the 4 cells
+    assert drifted["cell_store"]["served"] == 4 and drifted["cell_store"]["paid"] == 2  # the workflow arm, whole
+    assert drifted["cell_store"]["stored"] == 2  # its new measurements replace the stored ones
+    assert sum(name.split("-")[-2] == "workflow" for name in changed.ran) == 3  # the canary, then its 2 cells
     rows = [json.loads(line) for line in (tmp_path / "drifted/results.jsonl").read_text().splitlines()]
     started = {json.loads(line)["recorded_at"] for line in (tmp_path / "again/results.jsonl").read_text().splitlines()}
     assert all((r["recorded_at"] not in started) == (r["arm"] == "workflow") for r in rows)  # paid now: workflow only
     # the store holds what was measured today: the next bench's canaries agree, and it pays only for them
     still = _bench(tasks_file, store, tmp_path / "after", Drifted(arm="none"))
     assert [c["drift"] for c in still["cell_store"]["canaries"]] == [None] * 3
-    assert still["cell_store"]["served"] == 12 and still["cell_store"]["paid"] == 0
+    assert still["cell_store"]["served"] == 6 and still["cell_store"]["paid"] == 0
     after = {(r["task"], r["arm"], r["run"]): r["recorded_at"] for r in
              (json.loads(line) for line in (tmp_path / "after/results.jsonl").read_text().splitlines())}
     assert all(after[(r["task"], r["arm"], r["run"])] == r["recorded_at"] for r in rows)  # the replaced entries
