@@ -1,16 +1,26 @@
-"""The gate study's model of a bench: simulated result rows, decided by the gate's own code.
+"""The gate study's model of a bench: simulated result rows in time, decided by the gate's own code.
 
-Per-run cost is lognormal with coefficient of variation CV around the task's base cost (times the candidate's
-true ratio); resolution is Bernoulli(p); a scenario can take resolution from the candidate, make its failed
-runs cheap, and lose a share of every arm's runs to harness faults. In the sequential mode the candidate's
-runs are revealed look by look to the real skillevo.sampling.interim, and the gate judges the side it stopped.
+Four tasks (base cost 0.5, 1, 2 and 4 USD a run), per-run cost lognormal with coefficient of variation CV around
+the task's base, resolution Bernoulli(p). A scenario changes the candidate (its cost per run per task, its spread,
+a retry loop in a share of its runs, give-ups, lost resolution) and the world the bench is measured in (drift
+between measuring moments, an effect per task and moment, prompt-cache warm or cold windows of consecutive
+cells, runs lost to harness faults). Every scenario's truth is stated in the user's estimand, the candidate's
+dollars per resolved task over the task set relative to the incumbent's (`truth`): a null is one whose truth is
+not below 1, so promoting it is false.
+
+Two bench designs:
+- `interleaved` (what skillevo runs, docs/gate.md): the candidate's gate runs and contemporaneous control runs of
+  the incumbent in one measuring moment, in blocks of (task, run), the two arms in random order within a block;
+- `separate` (the design before it): the incumbent side measured at one moment, task after task, and the
+  candidate side at another.
+Every cell of a bench gets exp(drift of its moment + the (task, moment) effect + its window's warm effect).
 """
 
 from __future__ import annotations
 
 import math
 import random
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from skillevo import sampling
 from skillevo.config import Policy, SamplingParams
@@ -19,30 +29,54 @@ from skillevo.results import MEDIAN_FIELDS, aggregate
 
 INCUMBENT, CANDIDATE = "workflow", "candidate_workflow"
 TASKS = {"t1": 0.5, "t2": 1.0, "t3": 2.0, "t4": 4.0}  # base cost per run, USD
-P_VALUES, CVS, RUNS = (1.0, 0.9, 0.7), (0.2, 0.35, 0.5), (3, 5, 10)
-# The sequential grid (it costs about as much again as the fixed one) leaves out 3 runs, where the first look
-# at 3 runs is the only one and so the fixed design itself, and CV 0.35 but for the two headline cells: the two
-# noise levels either side bracket it, and no null cell of the full grid was worst at CV 0.35.
-SEQUENTIAL_RUNS, SEQUENTIAL_CVS = (5, 10), (0.2, 0.5)
+RUNS = (5, 10, 20)
+DESIGNS = ("interleaved", "separate")
+BASE_P, BASE_CV = 0.9, 0.35
+WINDOW = 4  # consecutive cells that share a prompt cache state
+GIVE_UP_COST = 0.1  # a run that gives up at once still pays its first turns: this share of its task's base
 
 
 @dataclass(frozen=True)
 class Scenario:
     name: str
-    ratio: float  # the candidate's true cost ratio on a run like the incumbent's
-    drop: float = 0.0  # resolution the candidate loses
-    fail_cost: float = 1.0  # cost of a candidate's failed run relative to a normal one
+    ratio: float = 1.0  # the candidate's cost per run relative to the incumbent's (its median, with the spread)
+    task_ratio: tuple[float, ...] | None = None  # per task instead of ratio
+    spread: float = 1.0  # the candidate's sd of log cost relative to the incumbent's, mean dollars kept
+    drop: float = 0.0  # resolution (points / 100) the candidate loses
+    retry: tuple[float, float, float] | None = None  # (share of the candidate's runs, lowest, highest) loop factor
+    give_up: float = 0.0  # share of the candidate's runs that stop at once, unresolved
+    fail_cost: float = 1.0  # a failed candidate run's cost relative to a normal one
+    drift: float = 0.0  # sd of log cost shifted per measuring moment
+    task_moment: float = 0.0  # sd of log cost shifted per (task, moment)
+    warm: float = 0.0  # log cost a warm window saves (half the windows are warm)
     excluded: float = 0.0  # share of every arm's runs lost to harness faults
-    null: bool = False  # promoting it is a false promotion
+    long_faults: float = 0.0  # P(a run is lost to a fault) per unit of its cost relative to its task's base
+    exclude_costliest: bool = False  # the candidate's costliest run per task turns into an excluded row
+    what: str = ""  # one line for the table
 
 
 SCENARIOS = (
-    Scenario("boundary", 1.0, null=True),
-    Scenario("dearer", 1.1, null=True),
-    Scenario("10% cheaper", 0.9),
-    Scenario("20% cheaper", 0.8),
-    Scenario("regression", 0.8, drop=0.2, null=True),
-    Scenario("missing data", 1.0, drop=0.2, fail_cost=0.4, excluded=0.05, null=True),
+    Scenario("boundary", what="the candidate is the incumbent"),
+    Scenario("dearer", ratio=1.1, what="10% dearer per run"),
+    Scenario("spread", spread=2.0, what="same mean dollars, twice the log spread"),
+    Scenario("retry loop", ratio=0.8, retry=(0.08, 4.0, 6.0), what="median 20% lower, 8% of runs in a 4-6x loop"),
+    Scenario("cheap task only", task_ratio=(0.6, 1.1, 1.1, 1.1),
+             what="40% cheaper on the cheapest task, 10% dearer on the other three"),
+    Scenario("less resolution", ratio=0.9, drop=0.1, what="10 points less resolution, 10% cheaper per run"),
+    Scenario("gives up", give_up=0.05, what="gives up at once on 5% of runs"),
+    Scenario("regression", ratio=0.8, drop=0.2, what="20% cheaper per run, 20 points less resolution"),
+    Scenario("missing data", drop=0.2, fail_cost=0.4, excluded=0.05,
+             what="20 points less resolution, failed runs at 40% cost, 5% of runs lost to faults"),
+    Scenario("side drift 0.05", drift=0.05, what="the candidate is the incumbent; log-sd 0.05 between moments"),
+    Scenario("side drift 0.1", drift=0.1, what="the candidate is the incumbent; log-sd 0.1 between moments"),
+    Scenario("task x moment 0.1", task_moment=0.1, what="the candidate is the incumbent; log-sd 0.1 per (task, moment)"),
+    Scenario("warm or cold 0.15", warm=0.15, what="the candidate is the incumbent; windows of 4 cells warm or cold"),
+    Scenario("hides its worst run", exclude_costliest=True,
+             what="the candidate is the incumbent but its costliest run per task is excluded"),
+    Scenario("faults hit long runs", ratio=0.8, retry=(0.08, 4.0, 6.0), long_faults=0.05,
+             what="the retry loop, with a harness fault 5% per base cost of a run (loops die most)"),
+    Scenario("10% cheaper", ratio=0.9, what="10% cheaper per run"),
+    Scenario("20% cheaper", ratio=0.8, what="20% cheaper per run"),
 )
 BY_NAME = {s.name: s for s in SCENARIOS}
 
@@ -50,29 +84,117 @@ BY_NAME = {s.name: s for s in SCENARIOS}
 @dataclass(frozen=True)
 class Cell:
     scenario: str
-    p: float
-    cv: float
+    design: str
     runs: int
+    p: float = BASE_P
+    cv: float = BASE_CV
+
+
+def truth(scenario: Scenario, p: float = BASE_P, cv: float = BASE_CV, draws: int = 400_000) -> float:
+    """The candidate's dollars per resolved task relative to the incumbent's, by a large seeded simulation of its
+    runs (faults, drift and windows do not change what a run costs the team on average)."""
+    rng = random.Random(f"truth {scenario.name} {p} {cv}")
+    spent = resolved = 0.0
+    per_task = draws // len(TASKS)
+    for index, base in enumerate(TASKS.values()):
+        for _ in range(per_task):
+            cost, ok = _candidate_run(scenario, index, base, p, _sigma(cv), rng)
+            spent += cost
+            resolved += ok
+    incumbent = sum(TASKS.values()) / (len(TASKS) * p)
+    return (spent / resolved) / incumbent
+
+
+def is_null(scenario: Scenario, p: float = BASE_P, cv: float = BASE_CV) -> bool:
+    return truth(scenario, p, cv, draws=100_000) >= 0.995
+
+
+def _sigma(cv: float) -> float:
+    return math.sqrt(math.log(1 + cv * cv))
+
+
+def _lognormal(rng: random.Random, sigma: float) -> float:
+    return math.exp(rng.gauss(-sigma * sigma / 2, sigma))
+
+
+def _candidate_run(s: Scenario, index: int, base: float, p: float, sigma: float, rng: random.Random
+                   ) -> tuple[float, bool]:
+    ratio = s.task_ratio[index] if s.task_ratio else s.ratio
+    cost = base * ratio * _lognormal(rng, sigma * s.spread)
+    ok = rng.random() < max(0.0, p - s.drop)
+    if s.retry and rng.random() < s.retry[0]:
+        cost *= rng.uniform(s.retry[1], s.retry[2])
+    if s.give_up and rng.random() < s.give_up:
+        cost, ok = base * GIVE_UP_COST, False
+    if not ok:
+        cost *= s.fail_cost
+    return cost, ok
+
+
+@dataclass
+class _World:
+    """The measuring moments of one simulated bench and what they shift, drawn once per bench."""
+
+    scenario: Scenario
+    rng: random.Random
+    drift: dict[str, float] = field(default_factory=dict)
+    task: dict[tuple[str, str], float] = field(default_factory=dict)
+    window: dict[tuple[str, int], float] = field(default_factory=dict)
+
+    def shift(self, moment: str, task: str, slot: int) -> float:
+        s, rng = self.scenario, self.rng
+        if moment not in self.drift:
+            self.drift[moment] = rng.gauss(0, s.drift) if s.drift else 0.0
+        if (task, moment) not in self.task:
+            self.task[(task, moment)] = rng.gauss(0, s.task_moment) if s.task_moment else 0.0
+        key = (moment, slot // WINDOW)
+        if key not in self.window:
+            self.window[key] = -s.warm if s.warm and rng.random() < 0.5 else 0.0
+        return self.drift[moment] + self.task[(task, moment)] + self.window[key]
+
+
+def schedule(design: str, runs: int, rng: random.Random) -> list[tuple[str, str, int, str, int]]:
+    """Every cell of one bench as (task, arm, run, moment, slot), in the order the cells are measured."""
+    tasks = list(TASKS)
+    if design == "separate":
+        incumbent = [(t, INCUMBENT, r) for t in tasks for r in range(1, runs + 1)]
+        candidate = [(t, CANDIDATE, r) for t in tasks for r in range(1, runs + 1)]
+        return ([(t, a, r, "incumbent", i) for i, (t, a, r) in enumerate(incumbent)]
+                + [(t, a, r, "candidate", i) for i, (t, a, r) in enumerate(candidate)])
+    order = []
+    for r in range(1, runs + 1):
+        blocks = tasks[:]
+        rng.shuffle(blocks)
+        for t in blocks:
+            arms = [INCUMBENT, CANDIDATE]
+            rng.shuffle(arms)
+            order += [(t, a, r) for a in arms]
+    return [(t, a, r, "candidate", i) for i, (t, a, r) in enumerate(order)]
 
 
 def rows_for(cell: Cell, rng: random.Random) -> list[dict]:
-    """One simulated bench: both arms, every task, `cell.runs` runs each."""
-    scenario = BY_NAME[cell.scenario]
-    sigma = math.sqrt(math.log(1 + cell.cv ** 2))
+    """One simulated bench: both arms, every task, `cell.runs` runs each, measured in `cell.design`'s order."""
+    s = BY_NAME[cell.scenario]
+    sigma, world = _sigma(cell.cv), _World(s, rng)
+    index = {t: i for i, t in enumerate(TASKS)}
     rows = []
-    for task, base in TASKS.items():
-        for arm in (INCUMBENT, CANDIDATE):
-            candidate = arm == CANDIDATE
-            p = max(0.0, cell.p - scenario.drop) if candidate else cell.p
-            for run in range(1, cell.runs + 1):
-                cost = base * math.exp(rng.gauss(-sigma * sigma / 2, sigma)) * (scenario.ratio if candidate else 1.0)
-                resolved = rng.random() < p
-                kind = None if resolved else "oracle-failed"
-                if candidate and not resolved:
-                    cost *= scenario.fail_cost
-                if rng.random() < scenario.excluded:
-                    kind, resolved = "infra-error", False
-                rows.append(_row(task, arm, run, resolved, kind, cost))
+    for task, arm, run, moment, slot in schedule(cell.design, cell.runs, rng):
+        base = TASKS[task]
+        if arm == CANDIDATE:
+            cost, ok = _candidate_run(s, index[task], base, cell.p, sigma, rng)
+        else:
+            cost, ok = base * _lognormal(rng, sigma), rng.random() < cell.p
+        cost *= math.exp(world.shift(moment, task, slot))
+        kind = None if ok else "oracle-failed"
+        lost = rng.random() < s.excluded or (s.long_faults and rng.random() < s.long_faults * cost / base)
+        if lost:
+            kind, ok = "infra-error", False
+        rows.append(_row(task, arm, run, ok, kind, cost))
+    if s.exclude_costliest:
+        for task in TASKS:
+            mine = [row for row in rows if row["task"] == task and row["arm"] == CANDIDATE]
+            worst = max(mine, key=lambda row: row["cost_usd"])
+            worst.update(error_kind="infra-error", resolved=False)
     return rows
 
 
@@ -83,59 +205,65 @@ def _row(task: str, arm: str, run: int, resolved: bool, kind: str | None, cost: 
     return row
 
 
-def decide(rows: list[dict], policy: Policy, sequential: dict | None = None, tasks=TASKS) -> str:
-    cells = aggregate(rows, dict.fromkeys(tasks, "study"), [INCUMBENT, CANDIDATE])
+def decide(rows: list[dict], policy: Policy, sequential: dict | None = None) -> str:
+    cells = aggregate(rows, dict.fromkeys(TASKS, "study"), [INCUMBENT, CANDIDATE])
     return decide_arm(cells, policy, benchmark_model="skillevo-study", incumbent_arm=INCUMBENT,
                       candidate_arm=CANDIDATE, sequential=sequential)["decision"]
 
 
-def sequential_headline() -> tuple[Cell, Cell]:
-    """The no-better candidate and the 20% saving at p = 1, CV 0.35, 10 runs: the figures the targets are on."""
-    return Cell("boundary", 1.0, 0.35, 10), Cell("20% cheaper", 1.0, 0.35, 10)
+def simulate(job: tuple[Cell, int, tuple[dict, ...]]) -> tuple[Cell, tuple[float, ...]]:
+    """The promotion rate of each policy (per_resolved first) on the same simulated benches (paired)."""
+    cell, decisions, policies = job
+    rng = random.Random(f"{cell}")
+    chosen = [Policy.from_dict(p) for p in policies]
+    promoted = [0] * len(chosen)
+    for _ in range(decisions):
+        rows = rows_for(cell, rng)
+        for i, policy in enumerate(chosen):
+            promoted[i] += decide(rows, policy) == "promote"
+    return cell, tuple(n / decisions for n in promoted)
 
 
+# sequential candidate runs ------------------------------------------------------------------------------
 def sequential_plan(plan: SamplingParams, runs: int) -> SamplingParams:
     """params.yaml's sampling plan with the looks on, at `runs` the most per (task, arm)."""
     return replace(plan, runs=runs, sequential=replace(plan.sequential, enabled=True))
 
 
 def stopped(rows: list[dict], plan: SamplingParams) -> tuple[list[dict], dict]:
-    """A sequential candidate side: the rows up to the look interim stopped at, and bench.json's record."""
-    incumbent = [row for row in rows if row["arm"] == INCUMBENT]
-    candidate = [row for row in rows if row["arm"] == CANDIDATE]
+    """A sequential interleaved bench: both arms' rows up to the look interim stopped at, and bench.json's record."""
     planned = sampling.looks(plan)
     for look, runs in enumerate(planned, start=1):
-        seen = [row for row in candidate if row["run"] <= runs]
-        action = sampling.interim(incumbent, seen, {CANDIDATE: INCUMBENT}, look, plan).action
+        seen = [row for row in rows if row["run"] <= runs]
+        incumbent = [row for row in seen if row["arm"] == INCUMBENT]
+        candidate = [row for row in seen if row["arm"] == CANDIDATE]
+        action = sampling.interim(incumbent, candidate, {CANDIDATE: INCUMBENT}, look, plan).action
         if action != sampling.CONTINUE or look == len(planned):
-            return incumbent + seen, sampling.record(plan, look, action)
+            return seen, sampling.record(plan, look, action)
     raise AssertionError("unreachable: the last look always stops")
 
 
 @dataclass(frozen=True)
 class SequentialRates:
-    fixed: float  # the same benches decided whole (every run), as today
+    fixed: float  # the same benches decided whole (every run)
     spending: float  # stopped by interim, judged at the stopped look's spending boundary
-    bonferroni: float  # the same stopped sides, judged at each look's spent alpha
     runs: float  # mean candidate runs per (task, arm) spent
     futility: float  # share of benches stopped early as futile
     early_promote: float  # share stopped early to promote
 
 
 def simulate_sequential(job: tuple[Cell, int, dict, SamplingParams]) -> tuple[Cell, SequentialRates]:
-    """Promotion rates of the fixed and the sequential design on the same simulated benches (paired)."""
+    """Promotion rates of the fixed and the sequential design on the same simulated interleaved benches."""
     cell, decisions, default, plan = job
     rng = random.Random(f"sequential {cell}")
     plan = sequential_plan(plan, cell.runs)
     policy = Policy.from_dict(default)
-    bonferroni = Policy.from_dict({**default, "look_boundary": "bonferroni"})
-    totals = [0, 0, 0, 0, 0, 0]
+    totals = [0, 0, 0, 0, 0]
     for _ in range(decisions):
         rows = rows_for(cell, rng)
         seen, record = stopped(rows, plan)
         early = record["stopped_at_look"] < len(record["looks"])
         for i, value in enumerate((decide(rows, policy) == "promote", decide(seen, policy, record) == "promote",
-                                   decide(seen, bonferroni, record) == "promote",
                                    record["looks"][record["stopped_at_look"] - 1],
                                    early and record["reason"] == "futility",
                                    early and record["reason"] == "promote")):
@@ -143,21 +271,11 @@ def simulate_sequential(job: tuple[Cell, int, dict, SamplingParams]) -> tuple[Ce
     return cell, SequentialRates(*(total / decisions for total in totals))
 
 
-def simulate(job: tuple[Cell, int, dict, dict]) -> tuple[Cell, float, float]:
-    """The promotion rate of both policies on the same simulated benches (paired)."""
-    cell, decisions, default, seed = job
-    rng = random.Random(f"{cell}")
-    policies = Policy.from_dict(default), Policy.from_dict(seed)
-    promoted = [0, 0]
-    for _ in range(decisions):
-        rows = rows_for(cell, rng)
-        for i, policy in enumerate(policies):
-            promoted[i] += decide(rows, policy) == "promote"
-    return cell, promoted[0] / decisions, promoted[1] / decisions
-
-
-def schedule(generations: int, schedules: int, policy: Policy, confirm: bool, cell: Cell) -> float:
-    """`make evolve` on null candidates: the share of schedules that end in a (final) false promotion."""
+def schedule_rate(job: tuple[int, int, dict, bool, Cell]) -> tuple[tuple[int, bool], float]:
+    """`make evolve` on null candidates: the share of schedules of `generations` that end in a false promotion,
+    with or without evolve's confirmation by a fresh replicate."""
+    generations, schedules, default, confirm, cell = job
+    policy = Policy.from_dict(default)
     rng = random.Random(f"schedule {generations} {confirm} {cell}")
     false = 0
     for _ in range(schedules):
@@ -166,4 +284,4 @@ def schedule(generations: int, schedules: int, policy: Policy, confirm: bool, ce
                 if not confirm or decide(rows_for(cell, rng), policy) == "promote":
                     false += 1
                     break
-    return false / schedules
+    return (generations, confirm), false / schedules

@@ -1,158 +1,207 @@
-"""The gate study's outputs: a table (markdown and CSV), a plot, and the three figures the targets are on."""
+"""The gate study's outputs: table.md, rates.csv and rates.svg, and the figures the last line reports."""
 
 from __future__ import annotations
 
 import csv
 import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import matplotlib
 
 matplotlib.use("svg")
 import matplotlib.pyplot as plt  # noqa: E402 - after choosing the backend
 
-from benchmarks.gate_model import (  # noqa: E402
-    CVS,
-    P_VALUES,
-    RUNS,
-    SCENARIOS,
-    SEQUENTIAL_RUNS,
-    Cell,
-    SequentialRates,
-    sequential_plan,
-)
-from skillevo import sampling, stats  # noqa: E402
+from benchmarks.gate_model import BASE_CV, BASE_P, BY_NAME, DESIGNS, SCENARIOS, Cell, truth  # noqa: E402
 from skillevo.config import Policy, SamplingParams  # noqa: E402
 
-NULLS_IN_TARGET = ("boundary", "regression", "missing data")
+HEADLINE = Cell("20% cheaper", "interleaved", 10, 1.0, 0.35)
 
 
-def write(out: Path, rates: dict[Cell, tuple[float, float]], power_runs: dict[int, float],
-          schedules: dict[tuple[int, bool], float], bound: float, decisions: int, policy: Policy) -> dict[str, float]:
+@dataclass
+class Study:
+    decisions: int
+    policy: Policy
+    sampling: SamplingParams
+    runs: Sequence[int]
+    grid: dict[Cell, tuple[float, ...]] = field(default_factory=dict)  # (per_resolved, geometric)
+    robust: dict[Cell, tuple[float, ...]] = field(default_factory=dict)
+    power: dict[Cell, tuple[float, ...]] = field(default_factory=dict)
+    sequential: dict[Cell, Any] = field(default_factory=dict)  # SequentialRates
+    schedules: dict[tuple[int, bool], float] = field(default_factory=dict)
+
+    @property
+    def bound(self) -> float:
+        a = self.policy.alpha
+        return a + 3 * math.sqrt(a * (1 - a) / self.decisions)
+
+
+def write(out: Path, study: Study, nulls: Sequence[str]) -> dict[str, Any]:
+    """Write the outputs; return x (the worst null cell of the design skillevo runs), y and n."""
     out.mkdir(parents=True, exist_ok=True)
-    x = max(ours for cell, (ours, _) in rates.items() if cell.scenario in NULLS_IN_TARGET)
-    z = max(theirs for cell, (_, theirs) in rates.items() if cell.scenario in NULLS_IN_TARGET)
-    y = rates[Cell("20% cheaper", 1.0, 0.35, 10)][0]
-    enough = next((runs for runs, power in sorted(power_runs.items()) if power >= 0.8), None)
-    with (out / "rates.csv").open("w", newline="") as f:
+    null_cells: list[tuple[float, str]] = []
+    for part, rates in (("grid", study.grid), ("robust", study.robust)):
+        null_cells += [(r[0], f"{part} {_label(c)}") for c, r in rates.items()
+                       if c.scenario in nulls and c.design == "interleaved"]
+    null_cells += [(r.spending, f"sequential {_label(c)}") for c, r in study.sequential.items()
+                   if c.scenario in nulls]
+    x, worst = max(null_cells, default=(0.0, "none"))
+    separate = max((r[0] for c, r in study.grid.items() if c.scenario in nulls and c.design == "separate"),
+                   default=None)
+    geometric = max((r[1] for c, r in study.grid.items() if c.scenario in nulls and c.design == "interleaved"),
+                    default=None)
+    curve = {c.runs: r[0] for c, r in study.power.items() if c.scenario == "20% cheaper" and c.p == 1.0
+             and c.cv == 0.35}
+    y = curve.get(10, float("nan"))
+    n = next((runs for runs, power in sorted(curve.items()) if power >= 0.8), None)
+    _csv(out / "rates.csv", study, nulls)
+    lines = _summary(study, x, worst, separate, geometric, y, n, curve)
+    lines += _grid_tables(study, nulls)
+    lines += _robust_table(study)
+    lines += _power_table(study)
+    lines += _sequential_table(study, nulls)
+    lines += _schedule_lines(study)
+    (out / "table.md").write_text("\n".join(lines) + "\n")
+    if study.grid:
+        _plot(out / "rates.svg", study, nulls)
+    print("\n".join(line for line in lines if line.startswith("- ")))
+    print(f"table: {out / 'table.md'}")
+    return {"x": x, "y": y, "n": n, "worst": worst}
+
+
+def _label(cell: Cell) -> str:
+    return f"{cell.scenario} / {cell.design} / {cell.runs} runs / p {cell.p:g} / CV {cell.cv:g}"
+
+
+def _csv(path: Path, study: Study, nulls: Sequence[str]) -> None:
+    with path.open("w", newline="") as f:
         w = csv.writer(f)
-        w.writerow(["scenario", "null", "p", "cv", "runs", "stratified", "seed"])
-        for cell, (ours, theirs) in rates.items():
-            null = next(s.null for s in SCENARIOS if s.name == cell.scenario)
-            w.writerow([cell.scenario, null, cell.p, cell.cv, cell.runs, f"{ours:.4f}", f"{theirs:.4f}"])
-    se = math.sqrt(policy.alpha * (1 - policy.alpha) / decisions)
+        w.writerow(["part", "scenario", "null", "design", "p", "cv", "runs", "per_resolved", "geometric"])
+        for part, rates in (("grid", study.grid), ("robust", study.robust), ("power", study.power)):
+            for c, r in rates.items():
+                w.writerow([part, c.scenario, c.scenario in nulls, c.design, c.p, c.cv, c.runs, f"{r[0]:.4f}",
+                            f"{r[1]:.4f}" if len(r) > 1 else ""])
+        for c, r in study.sequential.items():
+            w.writerow(["sequential", c.scenario, c.scenario in nulls, c.design, c.p, c.cv, c.runs,
+                        f"{r.spending:.4f}", ""])
+
+
+def _summary(study: Study, x: float, worst: str, separate: float | None, geometric: float | None, y: float,
+             n: int | None, curve: dict[int, float]) -> list[str]:
+    p = study.policy
+    se = math.sqrt(p.alpha * (1 - p.alpha) / study.decisions)
     lines = [
         "# Gate study", "",
-        f"{decisions} decisions per cell; 4 tasks; alpha {policy.alpha:g} (cost tested at {policy.cost_alpha:.3g}), "
-        f"min_improvement_pct {policy.min_improvement_pct:g}, max_resolution_drop_pct "
-        f"{policy.max_resolution_drop_pct:g}. A null cell's target is alpha + 3 standard errors = {bound:.4f} "
-        f"(one standard error is {se:.4f}).", "",
-        f"- worst null cell (boundary, regression, missing data), stratified: **{x:.4f}**; seed rule: **{z:.4f}**",
-        f"- power for a 20% saving at p = 1, CV 0.35, 10 runs: **{y:.4f}**",
-        f"- runs a 20% saving needs for power 0.8 at CV 0.35 (p = 1): **{enough}** "
-        f"({', '.join(f'{r}: {p:.2f}' for r, p in sorted(power_runs.items()))})",
-        "- evolve on null candidates (boundary, p = 1, CV 0.35, 5 runs), share of schedules ending in a false "
-        "promotion: " + "; ".join(f"{g} generation(s): {schedules[(g, False)]:.4f} without confirmation, "
-                                  f"{schedules[(g, True)]:.4f} with" for g in sorted({g for g, _ in schedules})),
-        "", "Promotion rate per cell (stratified / seed). Null scenarios: a promotion is false.", "",
+        f"{study.decisions} decisions per cell; 4 tasks (0.5, 1, 2, 4 USD a run); params.yaml's policy: alpha "
+        f"{p.alpha:g} (cost tested at {p.cost_alpha:.3g}), min_improvement_pct {p.min_improvement_pct:g}, "
+        f"max_resolution_drop_pct {p.max_resolution_drop_pct:g}, min_runs {p.min_runs}, min_total_runs "
+        f"{p.min_total_runs}. A null cell's target is alpha + 3 standard errors = {study.bound:.4f} (one standard "
+        f"error is {se:.4f}). Truth is the candidate's dollars per resolved task relative to the incumbent's.", "",
     ]
-    for scenario in SCENARIOS:
-        lines += [f"## {scenario.name}{' (null)' if scenario.null else ''}", "",
-                  "| p | CV | " + " | ".join(f"{r} runs" for r in RUNS) + " |", "|---|---|" + "---|" * len(RUNS)]
-        for p in P_VALUES:
-            for cv in CVS:
-                cells = [rates[Cell(scenario.name, p, cv, r)] for r in RUNS]
-                lines.append(f"| {p:g} | {cv:g} | " + " | ".join(f"{a:.3f} / {b:.3f}" for a, b in cells) + " |")
-        lines.append("")
-    (out / "table.md").write_text("\n".join(lines))
-    _plot(out / "rates.svg", rates, bound)
-    print("\n".join(lines[4:8]))
-    print(f"table: {out / 'table.md'}; plot: {out / 'rates.svg'}")
-    return {"x": x, "y": y, "z": z}
+    lines.append(f"- worst null cell, interleaved design (every part): **{x:.4f}** ({worst})")
+    if separate is not None:
+        lines.append(f"- worst null cell, separate design (stored incumbent runs as the control): **{separate:.4f}**")
+    if geometric is not None:
+        lines.append(f"- worst null cell, the geometric-mean test on the same interleaved benches: **{geometric:.4f}**")
+    if curve:
+        lines.append(f"- power for a 20% saving at p = 1, CV 0.35, 10 runs: **{y:.4f}**; runs for power 0.8: **{n}** "
+                     f"({', '.join(f'{r}: {v:.2f}' for r, v in sorted(curve.items()))})")
+    return lines + [""]
 
 
-def _plot(path: Path, rates: dict[Cell, tuple[float, float]], bound: float) -> None:
-    figure, axes = plt.subplots(len(P_VALUES), len(CVS), figsize=(12, 10), sharex=True, sharey=True)
-    palette = plt.get_cmap("tab10")
-    for i, p in enumerate(P_VALUES):
-        for j, cv in enumerate(CVS):
-            ax = axes[i][j]
-            for k, scenario in enumerate(SCENARIOS):
-                for column, style in ((0, "-"), (1, ":")):
-                    ax.plot(RUNS, [rates[Cell(scenario.name, p, cv, r)][column] for r in RUNS], style,
-                            color=palette(k), marker="o" if column == 0 else None,
-                            label=f"{scenario.name} ({'stratified' if column == 0 else 'seed'})")
-            ax.axhline(bound, color="grey", linewidth=0.8, linestyle="--")
-            ax.set_title(f"p = {p:g}, CV = {cv:g}", fontsize=9)
-            ax.set_xticks(RUNS)
-            if i == len(P_VALUES) - 1:
-                ax.set_xlabel("runs per task and arm")
-            if j == 0:
-                ax.set_ylabel("promotion rate")
-    handles, labels = axes[0][0].get_legend_handles_labels()
-    figure.legend(handles, labels, loc="lower center", ncol=4, fontsize=8)
-    figure.suptitle("Promotion rate by scenario: solid stratified (default), dotted seed; dashed: null target")
-    figure.tight_layout(rect=(0, 0.08, 1, 0.97))
+def _grid_tables(study: Study, nulls: Sequence[str]) -> list[str]:
+    if not study.grid:
+        return []
+    runs = sorted({c.runs for c in study.grid})
+    lines = ["## Every scenario, both designs (p 0.9, CV 0.35)", "",
+             "Promotion rate per_resolved / geometric. Null scenarios (truth >= 1): a promotion is false. "
+             "interleaved is the design skillevo runs; separate is the design before it.", "",
+             "| scenario | truth | " + " | ".join(f"{d} {r} runs" for d in DESIGNS for r in runs) + " |",
+             "|---|---|" + "---|" * (len(DESIGNS) * len(runs))]
+    for s in SCENARIOS:
+        found = [study.grid.get(Cell(s.name, d, r)) for d in DESIGNS for r in runs]
+        if None in found:
+            continue
+        mark = " (null)" if s.name in nulls else ""
+        lines.append(f"| {s.name}{mark}: {s.what} | {truth(s, BASE_P, BASE_CV):.3f} | "
+                     + " | ".join(f"{a[0]:.3f} / {a[1]:.3f}" for a in found) + " |")
+    return lines + [""]
+
+
+def _robust_table(study: Study) -> list[str]:
+    if not study.robust:
+        return []
+    settings = sorted({(c.p, c.cv) for c in study.robust}, reverse=True)
+    runs = sorted({c.runs for c in study.robust})
+    lines = ["## Nulls at other resolution and spread (interleaved)", "",
+             "| scenario | " + " | ".join(f"p {p:g}, CV {cv:g}, {r} runs" for p, cv in settings for r in runs) + " |",
+             "|---|" + "---|" * (len(settings) * len(runs))]
+    for name in dict.fromkeys(c.scenario for c in study.robust):
+        lines.append(f"| {name} | " + " | ".join(
+            f"{study.robust[Cell(name, 'interleaved', r, p, cv)][0]:.3f}" for p, cv in settings for r in runs) + " |")
+    return lines + [""]
+
+
+def _power_table(study: Study) -> list[str]:
+    if not study.power:
+        return []
+    lines = ["## Power (interleaved, p = 1, CV 0.35)", "", "| saving | runs | promoted |", "|---|---|---|"]
+    for c, r in sorted(study.power.items(), key=lambda item: (item[0].scenario, item[0].runs)):
+        lines.append(f"| {c.scenario} | {c.runs} | {r[0]:.3f} |")
+    return lines + [""]
+
+
+def _sequential_table(study: Study, nulls: Sequence[str]) -> list[str]:
+    if not study.sequential:
+        return []
+    seq = study.sampling.sequential
+    lines = ["## Sequential candidate runs (interleaved)", "",
+             f"interim: efficacy alpha {seq.alpha:g}, min_improvement_pct {seq.min_improvement_pct:g}, "
+             f"min_total_runs {seq.min_total_runs}, futility_p_value {seq.futility_p_value:g}, futility_confidence "
+             f"{seq.futility_confidence:g}, futility_below_pct {seq.futility_below_pct:g}; looks every "
+             f"{seq.batch} runs from {seq.first}.", "",
+             "| scenario | p | runs | fixed | sequential | mean candidate runs | stopped for futility | stopped to "
+             "promote |", "|---|---|---|---|---|---|---|---|"]
+    for c, r in study.sequential.items():
+        mark = " (null)" if c.scenario in nulls else ""
+        lines.append(f"| {c.scenario}{mark} | {c.p:g} | {c.runs} | {r.fixed:.3f} | {r.spending:.3f} | {r.runs:.2f} | "
+                     f"{r.futility:.3f} | {r.early_promote:.3f} |")
+    return lines + [""]
+
+
+def _schedule_lines(study: Study) -> list[str]:
+    if not study.schedules:
+        return []
+    return ["## make evolve on null candidates (boundary, 10 runs)", "",
+            "Share of schedules ending in a false promotion: " + "; ".join(
+                f"{g} generation(s): {study.schedules[(g, False)]:.4f} without confirmation, "
+                f"{study.schedules[(g, True)]:.4f} with" for g in sorted({g for g, _ in study.schedules})), ""]
+
+
+def _plot(path: Path, study: Study, nulls: Sequence[str]) -> None:
+    runs = sorted({c.runs for c in study.grid})
+    figure, axes = plt.subplots(1, 2, figsize=(13, 6), sharey=True)
+    palette = plt.get_cmap("tab20")
+    for ax, design in zip(axes, DESIGNS, strict=True):
+        for k, s in enumerate(SCENARIOS):
+            found = [study.grid.get(Cell(s.name, design, r)) for r in runs]
+            if None in found:
+                continue
+            style = "-" if s.name in nulls else "--"
+            ax.plot(runs, [f[0] for f in found], style, marker="o", color=palette(k % 20), label=s.name)
+        ax.axhline(study.bound, color="grey", linewidth=0.8, linestyle=":")
+        ax.set_title(f"{design} design", fontsize=10)
+        ax.set_xticks(runs)
+        ax.set_xlabel("runs per task and arm")
+    axes[0].set_ylabel("promotion rate (per_resolved)")
+    handles, labels = axes[0].get_legend_handles_labels()
+    figure.legend(handles, labels, loc="lower center", ncol=5, fontsize=8)
+    figure.suptitle("Promotion rate by scenario: solid nulls, dashed savings; dotted: the null target")
+    figure.tight_layout(rect=(0, 0.14, 1, 0.95))
     figure.savefig(path, format="svg", metadata={"Date": None})
     plt.close(figure)
 
 
-def write_sequential(out: Path, rates: dict[Cell, SequentialRates], bound: float, decisions: int, policy: Policy,
-                     plan: SamplingParams) -> dict[str, float]:
-    """sequential.md and sequential.csv: per cell the fixed design, the sequential one (spending and bonferroni
-    boundaries) on the same benches, and the candidate runs the sequential one spent."""
-    out.mkdir(parents=True, exist_ok=True)
-    nulls = [cell for cell in rates if cell.scenario in NULLS_IN_TARGET]
-    x = max(rates[cell].spending for cell in nulls)
-    xb = max(rates[cell].bonferroni for cell in nulls)
-    xf = max(rates[cell].fixed for cell in nulls)
-    power = rates[Cell("20% cheaper", 1.0, 0.35, 10)]
-    runs_null = rates[Cell("boundary", 1.0, 0.35, 10)].runs
-    with (out / "sequential.csv").open("w", newline="") as f:
-        w = csv.writer(f)
-        w.writerow(["scenario", "null", "p", "cv", "runs", "fixed", "sequential", "bonferroni", "mean_runs",
-                    "stopped_futility", "stopped_promote"])
-        for cell, r in rates.items():
-            null = next(s.null for s in SCENARIOS if s.name == cell.scenario)
-            w.writerow([cell.scenario, null, cell.p, cell.cv, cell.runs, f"{r.fixed:.4f}", f"{r.spending:.4f}",
-                        f"{r.bonferroni:.4f}", f"{r.runs:.3f}", f"{r.futility:.4f}", f"{r.early_promote:.4f}"])
-    seq = plan.sequential
-    looks = {runs: sampling.looks(sequential_plan(plan, runs)) for runs in SEQUENTIAL_RUNS}
-    levels = {runs: [f"{level:.4f}" for level in stats.look_levels(looks[runs], policy.cost_alpha,
-                                                                    policy.look_boundary)] for runs in SEQUENTIAL_RUNS}
-    lines = [
-        "# Gate study: sequential candidate runs", "",
-        f"{decisions} decisions per cell, each on one simulated bench decided three ways: fixed (every run), "
-        f"sequential (the candidate's runs shown look by look to skillevo.sampling.interim, the stopped side judged "
-        f"at its look's spending boundary) and the same stopped side at the bonferroni boundary. Looks: "
-        + "; ".join(f"{runs} runs: {list(looks[runs])} (cost levels {', '.join(levels[runs])})"
-                    for runs in SEQUENTIAL_RUNS)
-        + f". interim: efficacy alpha {seq.alpha:g}, min_improvement_pct {seq.min_improvement_pct:g}, "
-        f"max_resolution_drop_pct {seq.max_resolution_drop_pct:g}, futility_p_value {seq.futility_p_value:g}, "
-        f"futility_confidence {seq.futility_confidence:g}, futility_below_pct {seq.futility_below_pct:g}. "
-        f"A null cell's target is alpha + 3 standard errors = {bound:.4f}.", "",
-        f"- worst null cell (boundary, regression, missing data): sequential **{x:.4f}**, bonferroni "
-        f"**{xb:.4f}**, fixed on the same benches **{xf:.4f}**",
-        f"- power for a 20% saving at p = 1, CV 0.35, 10 runs: sequential **{power.spending:.4f}**, bonferroni "
-        f"**{power.bonferroni:.4f}**, fixed **{power.fixed:.4f}**; mean candidate runs {power.runs:.2f} of 10",
-        f"- mean candidate runs at the boundary null (p = 1, CV 0.35, 10 runs): **{runs_null:.2f}** of 10",
-        "", "Per cell: promotion rate fixed / sequential / bonferroni, and the sequential design's mean candidate "
-        "runs per (task, arm), at CV 0.2 and 0.5 (CV 0.35: the headline cells above). Null scenarios: a promotion "
-        "is false.", "",
-    ]
-    for scenario in SCENARIOS:
-        lines += [f"## {scenario.name}{' (null)' if scenario.null else ''}", "",
-                  "| p | CV | " + " | ".join(f"{r} runs | mean runs" for r in SEQUENTIAL_RUNS) + " |",
-                  "|---|---|" + "---|---|" * len(SEQUENTIAL_RUNS)]
-        for p in sorted({cell.p for cell in rates}, reverse=True):
-            for cv in sorted({cell.cv for cell in rates}):
-                cells = [rates.get(Cell(scenario.name, p, cv, r)) for r in SEQUENTIAL_RUNS]
-                if None in cells:  # a headline cell alone: in the summary above
-                    continue
-                lines.append(f"| {p:g} | {cv:g} | " + " | ".join(
-                    f"{c.fixed:.3f} / {c.spending:.3f} / {c.bonferroni:.3f} | {c.runs:.2f}" for c in cells) + " |")
-        lines.append("")
-    (out / "sequential.md").write_text("\n".join(lines))
-    print("\n".join(lines[4:7]))
-    print(f"table: {out / 'sequential.md'}")
-    return {"x": x, "y": power.spending, "f": power.fixed, "r": runs_null}
+__all__ = ["BY_NAME", "Study", "write"]

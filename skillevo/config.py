@@ -98,6 +98,7 @@ class SequentialParams:
     alpha: float  # efficacy, spent over the looks
     min_improvement_pct: float
     max_resolution_drop_pct: float
+    min_total_runs: int  # an early stop to promote needs this many valid runs per arm over the gate's tasks
     futility_p_value: float
     futility_confidence: float  # 0: off
     futility_below_pct: float  # the saving worth the remaining runs (the plan's design alternative)
@@ -134,9 +135,10 @@ class BenchParams:
 class Policy:
     """The gate's policy (`gate:`). Bound whole into promotion.json, so apply sees exactly what the gate saw."""
 
-    policy: str  # stratified | seed
+    policy: str  # per_resolved | geometric | seed
     metric: str
     min_runs: int
+    min_total_runs: int  # valid runs per arm over the gate's tasks before the cost test is trusted
     alpha: float
     min_improvement_pct: float
     quality_alpha: float

@@ -252,11 +252,18 @@ def load_side(directory: Path, side: str) -> Side:
                        "(rule: overlay_digest)")
     arms: dict[str, str] = {}
     for i, arm in enumerate(bench["arms"]):
-        expected = arm["incumbent_arm"] if side == "incumbent" else candidate_arm(arm["incumbent_arm"])
-        if arm["name"] != expected or arm["name"] in arms:
+        allowed = {arm["incumbent_arm"]} if side == "incumbent" else {candidate_arm(arm["incumbent_arm"]),
+                                                                       arm["incumbent_arm"]}
+        if arm["name"] not in allowed or arm["name"] in arms:
             raise BadInput(f"{bench_path}: $.arms[{i}]: a {side} arm pairing {arm['incumbent_arm']!r} must be named "
-                           f"{expected!r} and declared once (rule: arm naming)")
+                           f"{' or '.join(repr(a) for a in sorted(allowed))} and declared once (rule: arm naming)")
         arms[arm["name"]] = arm["incumbent_arm"]
+    controls = {name for name, incumbent in arms.items() if side == "candidate" and name == incumbent}
+    paired = {incumbent for name, incumbent in arms.items() if name not in controls}
+    if side == "candidate" and (controls != paired or bench.get("controls") != "interleaved"):
+        raise BadInput(f"{bench_path}: $.arms: a candidate side runs each candidate arm beside its control and no "
+                       f"other arm (controls {sorted(controls)} for candidate arms of {sorted(paired)}; $.controls "
+                       f"{bench.get('controls')!r}) (rule: contemporaneous controls)")
     classes: dict[str, str] = {}
     for i, binding in enumerate(bench["task_bindings"]):
         if binding["id"] in classes:
@@ -270,8 +277,9 @@ def load_side(directory: Path, side: str) -> Side:
             f"task {row['task']!r} is not bound in {bench_path} (rule: bound task)" if row["task"] not in classes else
             f"class {row['class']!r} differs from the binding's {classes[row['task']]!r} (rule: task class)"
             if row["class"] != classes[row["task"]] else
-            f"overlay_digest differs from {bench_path} (rule: a row carries its side's overlay digest)"
-            if row["overlay_digest"] != bench["overlay_digest"] else
+            f"overlay_digest differs from {bench_path} (rule: a row carries the overlay its arm installed: the side's "
+            "for a candidate arm, none for a control)"
+            if row["overlay_digest"] != (None if row["arm"] in controls else bench["overlay_digest"]) else
             f"skills_digest differs from {bench_path} (rule: a row carries its side's skills digest)"
             if row["skills_digest"] != bench["skills_digest"] else None)
         if problem:
@@ -280,7 +288,24 @@ def load_side(directory: Path, side: str) -> Side:
                   {"results_sha256": results_sha256, "bench_sha256": sha256_bytes(bench_bytes)})
     check_transcripts(loaded)
     sequential_record(loaded)
+    check_blocks(loaded)
     return loaded
+
+
+def check_blocks(side: Side) -> None:
+    """On a candidate side every block (task, run) holds a row of every candidate arm and of its control, or of
+    neither: a control measured alone, or a candidate run whose control is gone (a row removed after the bench,
+    say the control's cheapest), would make the comparison one-sided (rule: contemporaneous controls)."""
+    if side.bench["side"] != "candidate":
+        return
+    arms = sorted(arm["name"] for arm in side.bench["arms"])
+    blocks: dict[tuple[str, int], set[str]] = defaultdict(set)
+    for row in side.rows:
+        blocks[(row["task"], row["run"])].add(row["arm"])
+    for (task, run), present in sorted(blocks.items()):
+        if sorted(present) != arms:
+            raise BadInput(f"{side.directory / RESULTS_FILE}: task {task!r} run {run} has rows for "
+                           f"{sorted(present)}, not every arm of its block {arms} (rule: contemporaneous controls)")
 
 
 def aggregate(

@@ -53,15 +53,16 @@ def interim(incumbent_rows: Iterable[Mapping[str, Any]], candidate_rows: Iterabl
     continue, or stops and writes `record(plan, look, action)` as bench.json's `sequential`. At the last look
     the side stops whatever the action (continue is recorded as "max").
 
-    Per arm, on valid runs (skillevo.results.is_excluded), the stratified log-ratio test of
-    `sampling.sequential.metric` at the look's O'Brien-Fleming-type level for `sampling.sequential.alpha`:
-    - efficacy: the test rejects "not cheaper", the estimate reaches `min_improvement_pct`, and the resolution
-      drop's upper bound at the same level is within `max_resolution_drop_pct` (what the gate will ask, so an
-      early stop is not wasted);
+    Per arm, on valid runs (skillevo.results.is_excluded), the gate's test of `sampling.sequential.metric` per
+    resolved task (skillevo.stats.per_resolved) at the look's O'Brien-Fleming-type level for
+    `sampling.sequential.alpha`:
+    - efficacy: the test rejects "not cheaper", the estimate reaches `min_improvement_pct`, the resolution
+      drop's upper bound at the same level is within `max_resolution_drop_pct`, and each arm has
+      `min_total_runs` valid runs (what the gate will ask, so an early stop is not wasted);
     - futility (before the last look): the p-value is above `futility_p_value`, or the estimate's one-sided
       upper bound at `futility_confidence` is below `futility_below_pct` (the candidate cannot plausibly save
-      what the remaining runs are for), or a valid run has the metric unmeasured or not positive (the gate
-      never promotes on such a run, and the run stays).
+      what the remaining runs are for), or a valid run has the metric unmeasured (the gate never promotes on
+      such a run, and the run stays).
     Apply needs every arm, so one futile arm stops the side as futile; it stops to promote only when every arm
     is efficacious. An arm with a task that has no valid run yet on either side can be neither: continue.
     Reads sampling params only: the gate stays the judge (docs/gate.md, sequential runs).
@@ -111,25 +112,26 @@ def _look_arm(incumbent_rows: list[Mapping[str, Any]], candidate_rows: list[Mapp
                  for rows, arm in ((incumbent_rows, incumbent), (candidate_rows, candidate))]
         if not all(cells):
             return CONTINUE, f"{task}: no valid run yet in {incumbent if not cells[0] else candidate}"
-        values = [[row[seq.metric] for row in cell] for cell in cells]
-        if any(v is None or v <= 0 for cell in values for v in cell):
-            return (CONTINUE if last else FUTILITY), (f"{task}: {seq.metric} is unmeasured or not positive in a valid "
-                                                       "run, and the gate never promotes on it")
-        strata.append((values[0], values[1]))
+        runs = [[(row[seq.metric], row["resolved"]) for row in cell] for cell in cells]
+        if any(v is None for cell in runs for v, _ in cell):
+            return (CONTINUE if last else FUTILITY), (f"{task}: {seq.metric} is unmeasured in a valid run, and the "
+                                                       "gate never promotes on it")
+        strata.append((runs[0], runs[1]))
         counts.append(tuple((sum(1 for row in cell if row["resolved"]), len(cell)) for cell in cells))
-    estimate = stats.log_ratio(strata, level)
+    estimate = stats.per_resolved(strata, level)
     if estimate is None:
-        return CONTINUE, f"the spread of {seq.metric} cannot be estimated yet"
+        return CONTINUE, f"{seq.metric} per resolved task is not defined yet (an arm resolved or spent nothing)"
     quality = stats.quality(counts, level)
-    found = (f"{seq.metric} {estimate.improvement_pct:.1f}% cheaper, p={estimate.p_value:.3g} against the look's "
-             f"level {level:.3g}; resolution drop bound {quality.drop_upper_pct:.1f} points")
+    total = min(sum(inc[1] for inc, _ in counts), sum(cand[1] for _, cand in counts))
+    found = (f"{seq.metric} per resolved task {estimate.improvement_pct:.1f}% cheaper, p={estimate.p_value:.3g} "
+             f"against the look's level {level:.3g}; resolution drop bound {quality.drop_upper_pct:.1f} points")
     if (estimate.p_value <= level and estimate.improvement_pct >= seq.min_improvement_pct
-            and quality.drop_upper_pct <= seq.max_resolution_drop_pct):
+            and quality.drop_upper_pct <= seq.max_resolution_drop_pct and total >= seq.min_total_runs):
         return PROMOTE, f"efficacious ({found})"
     if not last and estimate.p_value > seq.futility_p_value:
         return FUTILITY, f"futile ({found}; above futility_p_value {seq.futility_p_value:g})"
     if not last and seq.futility_confidence > 0:
-        bound = stats.log_ratio(strata, 1 - seq.futility_confidence)
+        bound = stats.per_resolved(strata, 1 - seq.futility_confidence)
         if bound is not None and bound.interval_pct[1] < seq.futility_below_pct:
             return FUTILITY, (f"futile ({found}; at {100 * seq.futility_confidence:g}% confidence the saving is at "
                               f"most {bound.interval_pct[1]:.1f}%, below futility_below_pct "

@@ -3,9 +3,10 @@
     python -m stages.bench --side incumbent
     python -m stages.bench --side candidate --overlay results/freeze/overlay
 
-The incumbent side runs every arm in params.yaml on the incumbent skills; the candidate side runs the
-candidate arms the frozen overlay requires. They are separate DVC stages, so an unchanged incumbent
-side is never paid for twice; and within a side every finished cell goes to the cell store (--store) the moment
+The incumbent side runs every arm in params.yaml on the incumbent skills, for the proposer's evidence and the
+reports; the candidate side runs the candidate arms the frozen overlay requires on the gate's tasks, each beside
+its contemporaneous control (the incumbent arm, measured again in the same blocks, in random order): the gate
+compares those two. They are separate DVC stages, so an unchanged incumbent side is never paid for twice; and within a side every finished cell goes to the cell store (--store) the moment
 it ends, so a killed bench resumes without paying for a finished cell again. Exit 130 when interrupted (finished cells are kept), 2 on bad input,
 69 when the machine cannot run sandboxed sessions.
 """
@@ -18,7 +19,6 @@ from pathlib import Path
 
 from skillevo import layout, stage
 from skillevo.bench.side import plan, run_side
-from skillevo.results import load_side
 
 
 def parser() -> argparse.ArgumentParser:
@@ -28,9 +28,6 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--tasks", type=Path, default=layout.TASKS_FILE, help="tasks file [%(default)s]")
     stage.family_options(p, mirrors=False)
     p.add_argument("--overlay", type=Path, default=None, help="frozen overlay directory, candidate side only")
-    p.add_argument("--incumbent", type=Path, default=None,
-                   help="the incumbent side's directory: a sequential candidate side (params sampling.sequential) "
-                        "decides after each look against it")
     p.add_argument("--params", type=Path, default=layout.PARAMS, help="[%(default)s]")
     p.add_argument("--modes", type=Path, default=layout.MODES,
                    help="the family's recorded execute bits, which must match it (`make modes`) [%(default)s]")
@@ -48,10 +45,7 @@ def run(args: argparse.Namespace) -> str:
     out = args.out or layout.BENCH[args.side]
     side_plan = plan(args.side, args.tasks, stage.skills_dir(args, params), args.overlay, params, args.include_expensive,
                      modes=args.modes)
-    incumbent = None
-    if args.side == "candidate" and params.sampling.sequential.enabled and args.incumbent is not None:
-        incumbent = load_side(args.incumbent, "incumbent").rows
-    rows = run_side(side_plan, params, out, store=args.store, incumbent_rows=incumbent)
+    rows = run_side(side_plan, params, out, store=args.store)
     return f"bench {args.side}: {len(rows)} cells, {sum(r['resolved'] for r in rows)} resolved; report: {out / 'report.md'}"
 
 

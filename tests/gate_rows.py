@@ -107,14 +107,18 @@ def runs(task: str, arm: str, costs: list[float | None], *, kinds: list[str | No
 
 
 def bench(side: str, tasks: dict[str, str], *, arms: tuple[str, ...] = (INCUMBENT,), **fields: Any) -> dict[str, Any]:
-    names = [arm if side == "incumbent" else f"candidate_{arm}" for arm in arms]
+    """bench.json of a side; a candidate side declares each candidate arm and its control (the incumbent arm)."""
+    pairs = [(arm, arm) for arm in arms] if side == "incumbent" else [
+        *((arm, arm) for arm in arms), *((f"candidate_{arm}", arm) for arm in arms)]
+    names = [n for n, _ in pairs]
     return {
         "schema_version": 1,
         "side": side,
         "model": dict(MODEL),
         "effort": "medium",
         "runs": 3,
-        "arms": [{"name": n, "incumbent_arm": a, "skills": ["work"]} for n, a in zip(names, arms)],
+        "arms": [{"name": n, "incumbent_arm": a, "skills": ["work"]} for n, a in pairs],
+        "controls": None if side == "incumbent" else "interleaved",
         "task_bindings": [binding(t, c) for t, c in sorted(tasks.items())],
         "task_split": {"evidence": [], "gate": sorted(tasks)},
         "skipped_tasks": [],
@@ -147,11 +151,22 @@ def freeze(required: tuple[str, ...] = (CANDIDATE,), **fields: Any) -> dict[str,
     }
 
 
+def controls(incumbent_rows: list[dict[str, Any]], candidate_rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The candidate side's rows as the bench writes them: each candidate row beside its control, measured in the
+    same (task, run) block; the controls are `incumbent_rows` (the incumbent arm's runs) moved to the candidate
+    side, as far as the candidate's blocks go."""
+    blocks = {(r["task"], r["run"]) for r in candidate_rows}
+    moved = [{**r, "side": "candidate", "session_ids": [f"control-{s}" for s in r["session_ids"]]}
+             for r in incumbent_rows if (r["task"], r["run"]) in blocks]
+    return list(candidate_rows) + moved
+
+
 def sides(rows: list[dict[str, Any]], tasks: dict[str, str] | None = None) -> tuple[Side, Side]:
-    """Split rows into the two sides, as the bench would have written them (digests of what it would write)."""
+    """Split rows into the two sides, as the bench would have written them (digests of what it would write): the
+    incumbent arm's rows are both the incumbent side's stored runs and, on the candidate side, its controls."""
     tasks = tasks or {r["task"]: r["class"] for r in rows}
     incumbent = [r for r in rows if not r["arm"].startswith("candidate_")]
-    candidate = [r for r in rows if r["arm"].startswith("candidate_")]
+    candidate = controls(incumbent, [r for r in rows if r["arm"].startswith("candidate_")])
 
     def side(name: str, bench_json: dict[str, Any], side_rows: list[dict[str, Any]]) -> Side:
         digests = {"results_sha256": sha256_bytes(b"".join(canonical_json(r) + b"\n" for r in side_rows)),

@@ -1,6 +1,6 @@
 """Table-driven tests of aggregation, params and the seed rule (`gate.policy: seed`), one case per rule and reason.
 
-The default (stratified) rule has its own tests in tests/test_gate_stratified.py."""
+The default (per_resolved) rule has its own tests in tests/test_gate_stratified.py."""
 
 from __future__ import annotations
 
@@ -106,7 +106,8 @@ def test_params_defaults_and_overrides(tmp_path: Path):
     params.write_text(ARMS, encoding="utf-8")
     assert load_policy(params) == DEFAULT
     assert DEFAULT.to_dict() == {
-        "policy": "stratified", "metric": "cost_usd", "min_runs": 3, "alpha": 0.05, "min_improvement_pct": 5.0,
+        "policy": "per_resolved", "metric": "cost_usd", "min_runs": 3, "min_total_runs": 40, "alpha": 0.05,
+        "min_improvement_pct": 5.0,
         "quality_alpha": 0.1, "max_resolution_drop_pct": 20.0, "quality_promotion_alpha": 0.01,
         "max_task_regression_pct": 20.0, "max_failed_task_regression_pct": 100.0, "min_gated_task_ratio": 0.5,
         "resolution_margin": 2, "max_age_days": 90, "look_boundary": "spending",
@@ -309,7 +310,8 @@ def test_task_rows_carry_the_evidence():
         "incumbent_metric": 1.0, "candidate_metric": 0.8, "improvement_pct": 20.0,
     }
     assert (rows["t1"]["incumbent_rate"], rows["t1"]["candidate_rate"]) == (0.3333, 1.0)
-    assert rows["t1"]["improvement_pct"] == 20.0  # the log-ratio estimate: identical runs give the exact ratio
+    # the per-resolved estimate, exact on identical runs: 1.0 a run at 1 of 3 resolved against 0.8 at 3 of 3
+    assert rows["t1"]["improvement_pct"] == pytest.approx(100 * (1 - 0.8 / 3.0), abs=0.01)
     t2, t3 = rows["t2"]["seed"], rows["t3"]["seed"]
     assert (t2["gated"], t2["quality_floor_applied"], t2["quality_floor_met"]) == (False, False, None)
     assert (t3["skill_attributable"], t3["quality_floor_applied"]) == (True, True)

@@ -35,8 +35,9 @@ from tests.gate_rows import (
 
 NOW = datetime(2025, 3, 1, 12, 0, tzinfo=timezone.utc)
 LATER = NOW + timedelta(days=1)
-# Three tasks of three runs: the bound on a resolution drop needs a margin this wide (tests/test_gate_stratified.py).
-DEFAULT = Policy.from_dict({"max_resolution_drop_pct": 50})
+# Three tasks of three runs: the bound on a resolution drop needs a margin this wide, and fewer runs than the heavy-tail
+# minimum (both tested in tests/test_gate_stratified.py).
+DEFAULT = Policy.from_dict({"max_resolution_drop_pct": 50, "min_total_runs": 1})
 
 
 def promoting_rows():
@@ -69,7 +70,7 @@ def test_promotion_binds_everything_apply_checks():
     assert [b["id"] for b in promotion["task_bindings"]] == ["t1", "t2", "t3"]
     assert promotion["policy"] == DEFAULT.to_dict()
     [decision] = promotion["decisions"]
-    assert decision["decision"] == "promote" and decision["policy"] == "stratified"
+    assert decision["decision"] == "promote" and decision["policy"] == "per_resolved"
     assert 5 < decision["estimate"]["improvement_pct"] < 10
     assert decision["tasks"][0]["candidate"]["cost_usd"] == 0.85
 

@@ -20,11 +20,11 @@ from skillevo.gate.looks import binding as looks_binding
 from skillevo.gate.report import render_report
 from skillevo.results import Side, aggregate, load_side, sequential_record
 from skillevo.schemas import first_error, schema_validator
-from tests.gate_rows import CANDIDATE, INCUMBENT, bench, freeze, runs, sides, write_side
+from tests.gate_rows import CANDIDATE, INCUMBENT, bench, controls, freeze, runs, sides, write_side
 
 NOW = datetime(2025, 3, 1, 12, 0, tzinfo=timezone.utc)
 MODEL = "skillevo-sim-1"
-WIDE = Policy.from_dict({"max_resolution_drop_pct": 90})  # few runs: let the cost test decide
+WIDE = Policy.from_dict({"max_resolution_drop_pct": 90, "min_total_runs": 1})  # few runs: let the cost test decide
 TASKS = ("t1", "t2", "t3")
 INC = [1.0, 1.1, 0.9, 1.05, 0.95]
 
@@ -36,7 +36,7 @@ def record(looks=(3, 5), look=1, reason="futility"):
 def rows(candidate_runs: int, scale: float = 0.93) -> list[dict]:
     out = []
     for i, task in enumerate(TASKS):
-        out += runs(task, INCUMBENT, [(1 + i) * v for v in INC])
+        out += runs(task, INCUMBENT, [round((1 + i) * v, 6) for v in INC])
         out += runs(task, CANDIDATE, [round((1 + i) * scale * m, 6) for m in (0.97, 1.0, 1.03, 0.99, 1.01)
                                       ][:candidate_runs])
     return out
@@ -78,7 +78,7 @@ def test_levels(found, boundary, expected):
 
 
 def test_a_candidate_the_fixed_design_promotes_is_kept_at_an_early_look():
-    aggregates = aggregate(rows(3), dict.fromkeys(TASKS, "trivial"), [INCUMBENT, CANDIDATE])
+    aggregates = aggregate(rows(3, 0.94), dict.fromkeys(TASKS, "trivial"), [INCUMBENT, CANDIDATE])
     fixed = decide(aggregates)
     p = fixed["estimate"]["p_value"]
     early = levels(WIDE, record((3, 5), 1))
@@ -98,7 +98,7 @@ def test_resolution_alone_promotes_only_at_the_last_look():
         out += runs(task, INCUMBENT, INC * 4, kinds=[None] * 8 + ["oracle-failed"] * 12)
         out += runs(task, CANDIDATE, INC * 4)
     aggregates = aggregate(out, tasks, [INCUMBENT, CANDIDATE])
-    policy = Policy.from_dict({})
+    policy = Policy.from_dict({"policy": "geometric"})  # per resolved task, more resolution is already cheaper
     last = decide(aggregates, policy, record((10, 20), 2, "max"))
     assert last["decision"] == "promote" and last["reasons"][0].startswith("resolution rose")
     assert decide(aggregates, policy, record((10, 20), 1, "promote"))["decision"] == "keep_incumbent"
@@ -147,15 +147,19 @@ def test_only_the_candidate_side_runs_in_looks():
         build_promotion(stopped, candidate, freeze(), WIDE, now=NOW)
 
 
-def test_the_incumbent_must_run_every_planned_run():
+def test_the_controls_stop_where_the_candidate_stopped():
+    """Controls run in the same blocks as the candidate, look by look: controls past the stopped look (say, the
+    stored incumbent side's later runs added to the control) are refused."""
     incumbent, candidate = sequential_sides(3, record())
-    short = Side(incumbent.directory, {**incumbent.bench, "runs": 4}, incumbent.rows)
-    with pytest.raises(BadInput, match=r"\$\.runs: is 4, but the candidate side's looks end at 5"):
-        build_promotion(short, candidate, freeze(), WIDE, now=NOW)
+    extra = [{**r, "side": "candidate"} for r in incumbent.rows if r["run"] > 3]
+    longer = Side(candidate.directory, candidate.bench, (*candidate.rows, *extra), candidate.digests)
+    with pytest.raises(BadInput, match=r"look 1 is 3 runs per cell but the rows reach run 5"):
+        build_promotion(incumbent, longer, freeze(), WIDE, now=NOW)
 
 
 def test_load_side_refuses_a_bad_record_naming_the_file(tmp_path: Path):
-    side_rows = [r for r in rows(5) if r["arm"] == CANDIDATE]
+    every = rows(5)
+    side_rows = controls([r for r in every if r["arm"] == INCUMBENT], [r for r in every if r["arm"] == CANDIDATE])
     bench_json = bench("candidate", dict.fromkeys(TASKS, "trivial"), runs=5, sequential=record((3, 5), 1))
     directory = write_side(tmp_path / "candidate", bench_json, side_rows)
     with pytest.raises(BadInput, match="rows reach run 5") as error:

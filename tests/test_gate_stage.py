@@ -13,14 +13,14 @@ import pytest
 
 from skillevo.schemas import first_error, schema_validator
 from stages import gate as stage
-from tests.gate_rows import CANDIDATE, INCUMBENT, bench, freeze, row, runs, write_side
+from tests.gate_rows import CANDIDATE, INCUMBENT, bench, controls, freeze, row, runs, write_side
 
 ROOT = Path(__file__).resolve().parents[1]
 TASKS = {"t1": "trivial", "t2": "investigation"}
 
 
 # Two tasks of three runs: a margin of 50 points is the tightest bound on a resolution drop six runs allow.
-SMALL = "gate: {max_resolution_drop_pct: 50}\n"
+SMALL = "gate: {max_resolution_drop_pct: 50, min_total_runs: 1}\n"
 
 
 def setup_inputs(tmp_path: Path, *, candidate_costs=(0.8, 0.85, 0.9), candidate_rows=None, params=SMALL):
@@ -32,7 +32,7 @@ def setup_inputs(tmp_path: Path, *, candidate_costs=(0.8, 0.85, 0.9), candidate_
             "t2", CANDIDATE, [1.9, 1.8, 2.0], cls="investigation"
         )
     write_side(tmp_path / "inc", bench("incumbent", TASKS), incumbent_rows)
-    write_side(tmp_path / "cand", bench("candidate", TASKS), candidate_rows)
+    write_side(tmp_path / "cand", bench("candidate", TASKS), controls(incumbent_rows, candidate_rows))
     (tmp_path / "manifest.json").write_text(json.dumps(freeze()), encoding="utf-8")
     (tmp_path / "params.yaml").write_text(params, encoding="utf-8")
     return [
@@ -63,8 +63,8 @@ def test_end_to_end_as_a_module(tmp_path: Path):
     assert result.returncode == 0, result.stderr
     [line] = result.stdout.splitlines()
     assert re.fullmatch(
-        r"candidate_workflow: promote \(cost_usd 10\.1% cheaper \(92% interval (\d+\.\d)% to (\d+\.\d)%, "
-        r"p=0\.0\d+\), resolved 6/6 -> 6/6\)",
+        r"candidate_workflow: promote \(cost_usd per resolved task 8\.3% cheaper \(92% interval (-?\d+\.\d)% to "
+        r"(\d+\.\d)%, p=0\.0\d+\), resolved 6/6 -> 6/6\)",
         line,
     ), line
     out = tmp_path / "out"
@@ -74,16 +74,18 @@ def test_end_to_end_as_a_module(tmp_path: Path):
 
     report = (out / "report.md").read_text(encoding="utf-8")
     assert report.index("candidate_workflow: promote") < report.index("| task |") < report.index("Reasons:")
-    assert re.search(r"\| t1 \| 3/3 \| 3/3 \| 1 \| 0\.85 \| 14\.\d% \| -?\d+\.\d% to \d+\.\d% \|", report), report
+    assert re.search(r"\| t1 \| 3/3 \| 3/3 \| 1 \| 0\.85 \| 15\.0% \| -?\d+\.\d% to \d+\.\d% \|", report), report
+    assert "What cheaper means" in report and "per resolved task for the control" in report
     assert "Simulated" in report and "Per protocol" in report and "plots/improvement.svg" in report
 
     metrics = json.loads((out / "metrics.json").read_text(encoding="utf-8"))
     assert all(isinstance(v, int | float) and not isinstance(v, bool) for v in metrics.values())
     assert metrics["candidate_workflow.decision_code"] == 1
-    assert metrics["candidate_workflow.improvement_pct"] == 10.08
-    assert metrics["candidate_workflow.interval_low_pct"] < 10.08 < metrics["candidate_workflow.interval_high_pct"]
-    assert (metrics["incumbent.total_cost_usd"], metrics["candidate.total_cost_usd"]) == (9.0, 8.25)
-    assert (metrics["incumbent.sessions"], metrics["candidate.sessions"]) == (6, 6)
+    assert metrics["candidate_workflow.improvement_pct"] == 8.33
+    assert metrics["candidate_workflow.interval_low_pct"] < 8.33 < metrics["candidate_workflow.interval_high_pct"]
+    assert metrics["candidate_workflow.control_per_resolved"] == 1.5  # 1 + 2 dollars a round, for 2 resolved tasks
+    assert (metrics["incumbent.total_cost_usd"], metrics["candidate.total_cost_usd"]) == (9.0, 9.0 + 8.25)
+    assert (metrics["incumbent.sessions"], metrics["candidate.sessions"]) == (6, 12)  # the candidate side's controls
 
     with (out / "plots" / "tasks.csv").open(newline="", encoding="utf-8") as f:
         plot = list(csv.DictReader(f))
@@ -142,7 +144,7 @@ def _bad_row_cases():
         ),
         "unbound task": (good + [row("t9", CANDIDATE, 1)], 7, r"task 't9' is not bound .*\(rule: bound task\)"),
         "duplicate cell": (good + [good[0]], 7, r"run 1 appears twice \(rule: one row per cell\)"),
-        "wrong overlay": (second(overlay_digest="9" * 64), 2, r"\(rule: a row carries its side's overlay digest\)"),
+        "wrong overlay": (second(overlay_digest="9" * 64), 2, r"\(rule: a row carries the overlay its arm installed"),
         "resolved without oracle": (second(oracle_passed=False), 2, r"\(rule: resolved\)"),
         "unresolved without a kind": (second(resolved=False), 2, r"\(rule: unresolved run names its failure\)"),
         "class mismatch": (second(**{"class": "investigation"}), 2, r"\(rule: task class\)"),
@@ -176,7 +178,9 @@ def test_unparseable_lines_are_named(tmp_path: Path, capsys, text, message):
     "change, message",
     [
         (lambda b: b.update(side="incumbent"), r"cand/bench\.json: \$\.side: is 'incumbent', expected 'candidate'"),
-        (lambda b: b["arms"][0].update(name="workflow_v2"), r"must be named 'candidate_workflow'.*\(rule: arm naming\)"),
+        (lambda b: b["arms"][1].update(name="workflow_v2"), r"must be named 'candidate_workflow'.*\(rule: arm naming\)"),
+        (lambda b: b["arms"].pop(0), r"\(rule: contemporaneous controls\)"),
+        (lambda b: b.update(controls=None), r"\(rule: contemporaneous controls\)"),
         (lambda b: b.update(overlay_digest=None), r"\$\.overlay_digest.*\(rule: overlay_digest\)"),
         (lambda b: b.update(effort="high"), r"\$\.effort differ \(rule: both sides are benchmarked with identical effort\)"),
         (lambda b: b["task_bindings"].pop(), r"\$\.task_bindings differ"),
@@ -192,6 +196,20 @@ def test_a_bad_bench_json_is_refused(tmp_path: Path, capsys, change, message):
     (tmp_path / "cand" / "results.jsonl").write_text("", encoding="utf-8")
     assert stage.main(args) == 2
     assert re.search(message, capsys.readouterr().err)
+
+
+def test_a_control_row_removed_after_the_bench_is_refused(tmp_path: Path, capsys):
+    """Dropping the control's cheapest run (or any one) would make the comparison one-sided: every block (task, run)
+    must hold the candidate's row and its control's."""
+    args = setup_inputs(tmp_path)
+    path = tmp_path / "cand" / "results.jsonl"
+    lines = path.read_text(encoding="utf-8").splitlines(keepends=True)
+    kept = [line for line in lines if not ('"arm": "workflow"' in line and '"run": 2' in line and '"t1"' in line)]
+    assert len(kept) == len(lines) - 1
+    path.write_text("".join(kept), encoding="utf-8")
+    assert stage.main(args) == 2
+    err = capsys.readouterr().err
+    assert "task 't1' run 2 has rows for ['candidate_workflow']" in err and "(rule: contemporaneous controls)" in err
 
 
 def test_rows_are_split_at_newlines_only(tmp_path: Path, capsys):

@@ -58,6 +58,9 @@ class CellSpec:
     phase_timeout_s: float
     max_retries: int
     limits: Limits
+    control_for: str | None = None  # a control cell: the overlay digest of the candidate side it runs beside
+    moment: str | None = None  # the measuring moment (skillevo.bench.side.SidePlan.moment)
+    slot: int | None = None  # its place in the side's order
 
     @property
     def name(self) -> str:
@@ -143,12 +146,13 @@ def _add_session(row: dict[str, Any], artifacts: dict[str, bytes], rec: dict[str
 
 def _endpoint(spec: CellSpec, session: int) -> str:
     """The session's base URL; on the simulator it names the cell and session (which seeds the session's noise),
-    set here on the host, out of the agent's reach. A candidate's cells are named with its overlay digest too:
-    each candidate is measured by sessions of its own, as with a real model, so two generations' candidates never
-    share their luck."""
+    set here on the host, out of the agent's reach. A candidate's cells are named with its overlay digest too, and a
+    control with the digest of the candidate it runs beside: each is measured by sessions of its own, as with a real
+    model, so two generations' candidates (or a control and the incumbent side) never share their luck."""
     if not spec.model.simulated:
         return spec.model.endpoint
-    arm = spec.arm.name if spec.overlay_digest is None else f"{spec.arm.name}@{spec.overlay_digest}"
+    arm = (f"{spec.arm.name}@{spec.overlay_digest}" if spec.overlay_digest is not None else
+           f"{spec.arm.name}#control@{spec.control_for}" if spec.control_for is not None else spec.arm.name)
     return spec.model.endpoint.rstrip("/") + route(spec.task.id, arm, spec.run, session)
 
 

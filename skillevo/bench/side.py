@@ -9,13 +9,15 @@ end the rows are sorted, and bench.json and report.md are written.
 from __future__ import annotations
 
 import os
+import random
 import signal
 import sys
 import tempfile
 import threading
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from dataclasses import field as dataclass_field
 from pathlib import Path
 from typing import Any
 
@@ -61,6 +63,16 @@ class SidePlan:
     split: tasks_mod.Split
     executables: frozenset[str] = frozenset()  # family paths with an execute bit
     overlay_executables: frozenset[str] = frozenset()
+    controls: list[arms_mod.Arm] = dataclass_field(default_factory=list)  # candidate side: the incumbent arms it
+    # runs beside its candidate arms, in the same moment, interleaved (docs/gate.md, contemporaneous controls)
+    replicate: int = 0
+
+    @property
+    def moment(self) -> str:
+        """The measuring moment every cell of this side shares: the incumbent side's skills, or the candidate's
+        overlay, and the replicate. The simulator keys its drift between benches on it."""
+        what = f"candidate/{self.overlay_digest}" if self.side == "candidate" else f"incumbent/{self.skills_digest}"
+        return f"{what}/replicate-{self.replicate}"
 
 
 def plan(side: str, tasks_file: Path, skills_dir: Path, overlay_dir: Path | None, params: Params,
@@ -80,7 +92,7 @@ def plan(side: str, tasks_file: Path, skills_dir: Path, overlay_dir: Path | None
     if side == "candidate":  # the candidate is judged on the gate's tasks only; evidence tasks teach the proposer
         loaded = [task for task in loaded if task.id in split.gate]
     chosen, skipped = tasks_mod.select(loaded, expensive)
-    overlay_digest, files, overlay_executables = None, None, set()
+    overlay_digest, files, overlay_executables, controls = None, None, set(), []
     if side == "incumbent":
         if overlay_dir is not None:
             raise BadInput("the incumbent side takes no overlay (rule: --overlay is for the candidate side)")
@@ -97,9 +109,10 @@ def plan(side: str, tasks_file: Path, skills_dir: Path, overlay_dir: Path | None
         if not arm_list:
             raise BadInput(f"{overlay_dir}: the overlay touches {sorted(touched)}, which no arm uses (rule: required arms)")
         overlay_digest = layout.tree_digest(files, overlay_executables)
+        controls = [params.arms[arm.incumbent] for arm in arm_list]
     return SidePlan(side, tasks_file, family, files, chosen, skipped, arm_list, params.sampling.runs,
                     layout.tree_digest(family, executables), overlay_digest, split, frozenset(executables),
-                    frozenset(overlay_executables))
+                    frozenset(overlay_executables), controls, params.sampling.replicate)
 
 
 class Outage(BrokenEnvironment):
@@ -181,26 +194,48 @@ def _template(p: SidePlan, tree: Path, kind: str, dest: Path) -> str:
 
 
 def build_cells(p: SidePlan, bench: BenchParams, mdl: models.Model, scratch: Path) -> list[CellSpec]:
-    """Every (task, arm, run) of the side; templates are built once per task and variant."""
-    cells = []
+    """Every (task, arm, run) of the side, in the order they are measured (templates are built once per task and
+    variant). The incumbent side runs task by task. The candidate side runs run by run, in blocks of (task, run):
+    each block holds every candidate arm's cell and its control's (the incumbent arm, measured now, beside it) in
+    a random order, so whatever drifts while the side runs falls on both arms alike."""
+    cells: dict[tuple[str, str, int], CellSpec] = {}
     for task in p.tasks:
         tree = scratch / "trees" / task.id
         workspace.export_tree(task, tree)
         templates: dict[str, tuple[Path, str]] = {}
-        for arm in p.arms:
+        for arm in (*p.controls, *p.arms):
             cand = arm.is_candidate
             kind = "baseline" if arm.is_baseline else "candidate" if cand else "incumbent"
             if kind not in templates:
                 dest = scratch / "templates" / f"{task.id}-{kind}"
                 templates[kind] = (dest, _template(p, tree, kind, dest))
             template, base = templates[kind]
-            cells += [CellSpec(task=task, arm=arm, run=run, side=p.side, template=template, base_commit=base,
-                               skills_digest=p.skills_digest, overlay_digest=p.overlay_digest if cand else None,
-                               model=mdl, scratch=scratch, churn_exclude=bench.churn_exclude,
-                               phase_timeout_s=bench.phase_timeout_s, max_retries=bench.max_retries,
-                               limits=bench.limits)
-                      for run in range(1, p.runs + 1)]
-    return cells
+            control = p.overlay_digest if p.side == "candidate" and not cand else None
+            for run in range(1, p.runs + 1):
+                cells[(task.id, arm.name, run)] = CellSpec(
+                    task=task, arm=arm, run=run, side=p.side, template=template, base_commit=base,
+                    skills_digest=p.skills_digest, overlay_digest=p.overlay_digest if cand else None, model=mdl,
+                    scratch=scratch, churn_exclude=bench.churn_exclude, phase_timeout_s=bench.phase_timeout_s,
+                    max_retries=bench.max_retries, limits=bench.limits, control_for=control)
+    order = list(cells) if p.side == "incumbent" else interleaved(p)
+    return [replace(cells[key], moment=p.moment, slot=slot) for slot, key in enumerate(order)]
+
+
+def interleaved(p: SidePlan) -> list[tuple[str, str, int]]:
+    """The candidate side's order: for each run, its (task, run) blocks in a random order, and within a block every
+    candidate arm and every control in a random order. The draw is seeded by the overlay and the replicate, out of
+    any agent's reach, so a resumed bench measures the same cells in the same slots."""
+    rng = random.Random(f"skillevo interleave {p.overlay_digest} {p.replicate}")
+    arms = [a.name for a in (*p.controls, *p.arms)]
+    order = []
+    for run in range(1, p.runs + 1):
+        blocks = [task.id for task in p.tasks]
+        rng.shuffle(blocks)
+        for task in blocks:
+            block = arms[:]
+            rng.shuffle(block)
+            order += [(task, arm, run) for arm in block]
+    return order
 
 
 def _check_headroom(scratch: Path, bench: BenchParams) -> None:
@@ -291,24 +326,23 @@ def _serve(store: cellstore.Store | None, cells: list[CellSpec], ctx: cellstore.
     return keys, served
 
 
-def _looks(p: SidePlan, params: Params, incumbent_rows: Sequence[Mapping[str, Any]] | None) -> tuple[int, ...]:
+def _looks(p: SidePlan, params: Params) -> tuple[int, ...]:
     """The runs per cell at each look: the candidate side runs in looks when params sampling.sequential says so
     (skillevo.sampling), every other side in one."""
     if p.side != "candidate" or not params.sampling.sequential.enabled:
         return (p.runs,)
-    if incumbent_rows is None:
-        raise BadInput("sampling.sequential is enabled: the candidate side needs --incumbent, the incumbent side's "
-                       "directory, to decide after each look (rule: sequential sampling)")
     return sampling.looks(params.sampling)
 
 
 def _run_looks(p: SidePlan, params: Params, cells: list[CellSpec], looks: tuple[int, ...],
                served: dict[str, CellResult], writer: _Writer, runner: Executor, cancel: threading.Event,
-               incumbent_rows: Sequence[Mapping[str, Any]] | None, quiet: bool) -> tuple[int, dict[str, Any] | None]:
-    """Serve or pay for the cells look by look; after each look but the last, sampling.interim says whether the
-    side stops. Returns how many cells were scheduled, and the sequential record (None for one look)."""
+               quiet: bool) -> tuple[int, dict[str, Any] | None]:
+    """Serve or pay for the cells look by look (candidate cells and their controls together); after each look but
+    the last, sampling.interim compares the candidate arms with their contemporaneous controls and says whether
+    the side stops. Returns how many cells were scheduled, and the sequential record (None for one look)."""
     scheduled, previous = 0, 0
     pairs = {arm.name: arm.incumbent for arm in p.arms}
+    controls = {arm.name for arm in p.controls}
     for look, runs in enumerate(looks, start=1):
         batch = [c for c in cells if previous < c.run <= runs]
         scheduled += len(batch)
@@ -319,7 +353,9 @@ def _run_looks(p: SidePlan, params: Params, cells: list[CellSpec], looks: tuple[
         previous = runs
         if len(looks) == 1 or cancel.is_set() or writer.outage:
             return scheduled, None
-        step = sampling.interim(incumbent_rows or (), [dict(r) for r in writer.rows], pairs, look, params.sampling)
+        rows = [dict(r) for r in writer.rows]
+        step = sampling.interim([r for r in rows if r["arm"] in controls], [r for r in rows if r["arm"] in pairs],
+                                pairs, look, params.sampling)
         if not quiet:
             tqdm.write(f"bench: look {look} of {len(looks)} ({runs} runs per cell): {step.action}; "
                        + "; ".join(step.reasons), file=sys.stderr)
@@ -329,12 +365,11 @@ def _run_looks(p: SidePlan, params: Params, cells: list[CellSpec], looks: tuple[
 
 
 def run_side(p: SidePlan, params: Params, out: Path, *, executor: Executor | None = None, quiet: bool = False,
-             scratch_root: Path | None = None, store: Path | None = None,
-             incumbent_rows: Sequence[Mapping[str, Any]] | None = None) -> list[dict[str, Any]]:
+             scratch_root: Path | None = None, store: Path | None = None) -> list[dict[str, Any]]:
     """Run the side into `out`. With a cell `store`, cells stored there are served instead of paid for, and every
     paid cell that measured something is stored as it ends. A sequential candidate side (params
-    sampling.sequential) runs in looks against `incumbent_rows`, stopping when sampling.interim says so."""
-    looks = _looks(p, params, incumbent_rows)
+    sampling.sequential) runs in looks, stopping when sampling.interim says so."""
+    looks = _looks(p, params)
     sandbox.preflight()
     cli.locate()
     cells_store = cellstore.Store(store) if store is not None else None
@@ -369,7 +404,7 @@ def run_side(p: SidePlan, params: Params, out: Path, *, executor: Executor | Non
                                                                          for k in canaries)})
             try:
                 scheduled, sequential = _run_looks(p, params, cells, looks, {c.name: r for c, r in served}, writer,
-                                                   runner, cancel, incumbent_rows, quiet)
+                                                   runner, cancel, quiet)
             finally:
                 writer.close()
             kept = (f"{len(writer.rows)} of {len(cells)} cells finished ({writer.served} served from the cell store, "
@@ -392,7 +427,8 @@ def run_side(p: SidePlan, params: Params, out: Path, *, executor: Executor | Non
         safefs.write_atomic(staging / "results.jsonl", b"".join(canonical_json(r) + b"\n" for r in rows))
         provenance = {
             "schema_version": 1, "side": p.side, "model": models.binding(params.model), "effort": mdl.effort,
-            "runs": p.runs, "arms": [a.describe() for a in p.arms], "task_bindings": [t.binding for t in p.tasks],
+            "runs": p.runs, "arms": [a.describe() for a in (*p.controls, *p.arms)],
+            "controls": "interleaved" if p.side == "candidate" else None, "task_bindings": [t.binding for t in p.tasks],
             "skipped_tasks": p.skipped, "task_split": p.split.to_dict(), "overlay_digest": p.overlay_digest,
             "skills_digest": p.skills_digest, "served_models": served_models(rows),
             "limits": params.bench.limits.enforced(), "cells": scheduled, "rows": len(rows), "sequential": sequential,

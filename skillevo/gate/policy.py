@@ -1,10 +1,15 @@
 """The gate's decision (DESIGN §5): one pure function from per-(task, arm) aggregates to a decision per arm.
 
-Whatever rule decides (`gate.policy`: stratified by default, or the seed's), every decision carries the same
-analysis beside it: the estimated improvement and its interval overall and per task, resolution pooled over
-tasks, and the same estimate restricted to runs where the skill loaded (per protocol: reported, never
-decided on). All of it is computed from the aggregates' samples alone, so apply can recompute it from
-promotion.json.
+Whatever rule decides (`gate.policy`: per_resolved by default, geometric or the seed's, both kept for
+comparison), every decision carries the same analysis beside it: the estimated improvement and its interval
+overall and per task, resolution pooled over tasks, and the same estimate restricted to runs where the skill
+loaded (per protocol: reported, never decided on). All of it is computed from the aggregates' samples alone,
+so apply can recompute it from promotion.json.
+
+Runs lost to harness faults (excluded error kinds, which nothing the agent does can cause) are left out, and a
+per_resolved decision must also survive the worst case for them: every excluded candidate run counted as unresolved
+at its task's highest observed metric, every excluded incumbent run as resolved at the lowest. A fault that
+hits long runs more often (an API session that dies the longer it runs) then cannot flatter the candidate.
 """
 
 from __future__ import annotations
@@ -75,13 +80,31 @@ def decide_arm(
         reasons.append(f"no paired task results were found for {incumbent_arm} and {candidate_arm}")
 
     level = looks.levels(policy, sequential)
-    estimate = _estimate(pairs, policy.metric, level.cost)
+    estimand = "geometric" if policy.policy == "geometric" else "per_resolved"
+    estimate = _estimate(pairs, policy.metric, level.cost, estimand)
     quality = _quality(pairs, level.drop)
-    protocol = _estimate(pairs, policy.metric, level.cost, skill_loaded=True)
+    everyone_loaded = all(s["skill_invoked"] for p in pairs for agg in (p.incumbent, p.candidate)
+                          for s in agg["samples"])
+    protocol = estimate if everyone_loaded else _estimate(pairs, policy.metric, level.cost, estimand,
+                                                          skill_loaded=True)
+    bound = None
     if policy.policy == "seed":
         verdict = seed_rule.judge(pairs, policy)
     else:
         verdict = stratified.judge(pairs, policy, estimate, quality, level)
+        worst = _worst_case(pairs, policy.metric) if policy.policy == "per_resolved" else None
+        if worst is not None and verdict.decision == PROMOTE:
+            w_estimate = _estimate(worst, policy.metric, level.cost, estimand)
+            w_verdict = stratified.judge(worst, policy, w_estimate, _quality(worst, level.drop), level)
+            bound = {"imputed_candidate_runs": sum(p.candidate["excluded_runs"] for p in pairs),
+                     "imputed_incumbent_runs": sum(p.incumbent["excluded_runs"] for p in pairs),
+                     "decision": w_verdict.decision,
+                     "estimate": w_estimate.to_dict(level.cost) if w_estimate else None}
+            if w_verdict.decision != PROMOTE:
+                verdict = stratified.Verdict(KEEP_INCUMBENT, [
+                    *verdict.reasons, "but not with every excluded candidate run counted as unresolved at its task's "
+                    "highest observed cost and every excluded incumbent run as resolved at its lowest: "
+                    + "; ".join(w_verdict.reasons)])
     decision = INSUFFICIENT_EVIDENCE if reasons else verdict.decision
     excluded = sum(agg["excluded_runs"] for pair in pairs for agg in (pair.incumbent, pair.candidate))
     notes = [f"{excluded} run(s) excluded as harness faults (docs/formats.md, missing data)"] if excluded else []
@@ -100,6 +123,7 @@ def decide_arm(
         "metric_warning": metric_warning(policy),
         "reasons": reasons + verdict.reasons + notes,
         "estimate": estimate.to_dict(level.cost) if estimate else None,
+        "exclusion_bound": bound,
         "quality": quality.to_dict() if quality else None,
         "per_protocol": protocol.to_dict(level.cost) if protocol else None,
         "seed": verdict.summary,
@@ -124,20 +148,49 @@ def _task_row(pair: Pair, estimate: tuple[float, tuple[float, float]] | None, se
     }
 
 
-def _estimate(pairs: Sequence[Pair], metric: str, alpha: float, *, skill_loaded: bool = False
+def _estimate(pairs: Sequence[Pair], metric: str, alpha: float, estimand: str, *, skill_loaded: bool = False
               ) -> stats.Estimate | None:
-    """The log-ratio estimate over every task (or, per protocol, over runs whose skill loaded, in the tasks
+    """The cost test's estimate over every task (or, per protocol, over runs whose skill loaded, in the tasks
     where both arms have such runs); None when a task lacks usable values."""
     strata = []
     for pair in pairs:
-        arms = [[s[metric] for s in agg["samples"] if s["skill_invoked"] or not skill_loaded]
+        arms = [[(s[metric], s["resolved"]) for s in agg["samples"] if s["skill_invoked"] or not skill_loaded]
                 for agg in (pair.incumbent, pair.candidate)]
         if skill_loaded and not all(arms):
             continue
-        if any(v is None for values in arms for v in values):
+        if any(v is None for runs in arms for v, _ in runs):
             return None
         strata.append((arms[0], arms[1]))
-    return stats.log_ratio(strata, alpha)
+    if estimand == "geometric":
+        return stats.log_ratio([([v for v, _ in inc], [v for v, _ in cand]) for inc, cand in strata], alpha)
+    return stats.per_resolved(strata, alpha)
+
+
+def _worst_case(pairs: Sequence[Pair], metric: str) -> list[Pair] | None:
+    """The pairs with each excluded run put back at its worst for the candidate: a candidate run unresolved at its
+    task's highest observed metric, an incumbent run resolved at the lowest; None when no run was excluded (or a
+    task has no measured value to put them at)."""
+    if not any(agg["excluded_runs"] for pair in pairs for agg in (pair.incumbent, pair.candidate)):
+        return None
+    out = []
+    for pair in pairs:
+        seen = [s[metric] for agg in (pair.incumbent, pair.candidate) for s in agg["samples"] if s[metric] is not None]
+        if not seen:
+            return None
+        out.append(Pair(pair.task, _impute(pair.incumbent, min(seen), True, metric),
+                        _impute(pair.candidate, max(seen), False, metric)))
+    return out
+
+
+def _impute(agg: Mapping[str, Any], value: float, resolved: bool, metric: str) -> dict[str, Any]:
+    extra = agg["excluded_runs"]
+    if not extra:
+        return dict(agg)
+    last = max((s["run"] for s in agg["samples"]), default=0)
+    fill = [{**dict.fromkeys(("cost_usd", "duration_s", "num_turns", "output_tokens")), metric: value,
+             "run": last + i + 1, "resolved": resolved, "skill_invoked": True} for i in range(extra)]
+    return {**agg, "samples": [*agg["samples"], *fill], "valid_runs": agg["valid_runs"] + extra,
+            "excluded_runs": 0, "resolved": agg["resolved"] + (extra if resolved else 0)}
 
 
 def _quality(pairs: Sequence[Pair], alpha: float) -> stats.Quality | None:

@@ -23,6 +23,7 @@ from skillevo.results import (
     GATE_METRICS,
     Side,
     aggregate,
+    check_blocks,
     median,
     sequential_record,
     served_models,
@@ -119,19 +120,17 @@ def build_promotion(
         raise BadInput(f"{incumbent.directory / 'bench.json'}: $.sequential: only the candidate side runs in looks "
                        "(rule: sequential sampling)")
     record = sequential_record(candidate)
-    if record is not None and incumbent.bench["runs"] != record.looks[-1]:
-        raise BadInput(f"{incumbent.directory / 'bench.json'}: $.runs: is {incumbent.bench['runs']}, but the candidate "
-                       f"side's looks end at {record.looks[-1]}: the incumbent side runs every planned run "
-                       "(rule: sequential sampling)")
-    incumbent_arms = {arm["name"] for arm in incumbent.bench["arms"]}
+    if candidate.bench.get("controls") != "interleaved":
+        raise BadInput(f"{candidate.directory / 'bench.json'}: $.controls: the candidate side ran no contemporaneous "
+                       "controls; stored incumbent runs are never the control alone (rule: contemporaneous controls)")
+    check_blocks(candidate)
     candidate_arms = {arm["name"] for arm in candidate.bench["arms"]}
-    if incumbent_arms & candidate_arms:
-        raise BadInput(f"arms {sorted(incumbent_arms & candidate_arms)} are declared on both sides (rule: arm naming)")
 
     bindings = pipeline_bindings(freeze, candidate.bench, policy)
     classes = {binding["id"]: binding["class"] for binding in bindings["task_bindings"]}
-    judged_rows = [row for row in incumbent.rows if row["task"] in classes]  # evidence tasks are not judged
-    aggregates = aggregate([*judged_rows, *candidate.rows], classes, incumbent_arms | candidate_arms)
+    # the decision compares each candidate arm with its control from the same side; the incumbent side's stored
+    # runs (the proposer's evidence) never stand in for it
+    aggregates = aggregate(candidate.rows, classes, candidate_arms)
     decisions = decide(
         aggregates,
         policy,
@@ -143,7 +142,7 @@ def build_promotion(
     promotion = {
         "schema_version": SCHEMA_VERSION,
         "generated_at": generated.isoformat(),
-        "evidence_expires_at": expiry(incumbent, candidate, policy).isoformat(),
+        "evidence_expires_at": expiry(candidate, policy).isoformat(),
         "evidence": {"incumbent": dict(incumbent.digests), "candidate": dict(candidate.digests)},
         **bindings,
         "decisions": decisions,
@@ -154,12 +153,12 @@ def build_promotion(
     return promotion
 
 
-def expiry(incumbent: Side, candidate: Side, policy: Policy) -> datetime:
-    """When the evidence stops counting: max_age_days after its oldest row was recorded (a reused row ages)."""
-    oldest = min((side.oldest_recorded_at for side in (incumbent, candidate) if side.rows),
-                 key=datetime.fromisoformat, default=None)
+def expiry(candidate: Side, policy: Policy) -> datetime:
+    """When the evidence stops counting: max_age_days after the oldest row the decision rests on was recorded (a
+    reused row ages)."""
+    oldest = candidate.oldest_recorded_at
     if oldest is None:
-        raise BadInput("no row on either side: there is no evidence to decide on (rule: evidence)")
+        raise BadInput(f"{candidate.directory}: no row: there is no evidence to decide on (rule: evidence)")
     return (datetime.fromisoformat(oldest) + timedelta(days=policy.max_age_days)).astimezone(timezone.utc)
 
 
@@ -254,10 +253,11 @@ def _check_look(sequential: Mapping[str, Any] | None, stored: Mapping[str, Any],
     if sequential is None:
         return
     reach = sequential["looks"][sequential["stopped_at_look"] - 1]
-    found = max((row["candidate"]["runs"] for row in stored["tasks"]), default=reach)
-    if found != reach:
-        raise PromotionRefused(f"{where}.tasks: the candidate ran {found} runs in a cell, but look "
-                               f"{sequential['stopped_at_look']} is {reach} runs per cell")
+    for arm in ("candidate", "incumbent"):
+        found = max((row[arm]["runs"] for row in stored["tasks"]), default=reach)
+        if found != reach:
+            raise PromotionRefused(f"{where}.tasks: the {arm if arm == 'candidate' else 'control'} ran {found} runs "
+                                   f"in a cell, but look {sequential['stopped_at_look']} is {reach} runs per cell")
 
 
 def _check_aggregate(agg: Mapping[str, Any], where: str) -> None:

@@ -21,6 +21,13 @@ from skillevo.results import Side, side_totals
 # Ordered so that `dvc metrics diff` reads up as better: promote > keep > insufficient.
 DECISION_CODES = {PROMOTE: 1, KEEP_INCUMBENT: 0, INSUFFICIENT_EVIDENCE: -1}
 PLOT_COLUMNS = ("label", "task", "arm", "improvement_pct", "interval_low_pct", "interval_high_pct")
+ESTIMAND = (
+    "**What cheaper means.** The gate promotes a candidate arm when it costs less per resolved task: over the gate's "
+    "tasks, each attempted equally often, the metric it spends (failed runs included) divided by the tasks it "
+    "resolves, relative to its control, the incumbent arm measured beside it in the same moment (docs/gate.md). "
+    "Arithmetic means, so a task weighs in by what it costs; a one-sided test must reject 'not cheaper' at the "
+    "stated level, and resolution may not fall."
+)
 SIMULATED_NOTICE = (
     "**Simulated:** these results come from the offline simulator, a stand-in for a model with declared noise "
     "(bench.json says which). They exercise the pipeline and the statistics; they say nothing about how a real "
@@ -50,6 +57,9 @@ def metrics(promotion: Mapping[str, Any], totals: Mapping[str, Mapping[str, floa
             flat[f"{arm}.improvement_pct"] = estimate["improvement_pct"]
             flat[f"{arm}.interval_low_pct"], flat[f"{arm}.interval_high_pct"] = estimate["interval_pct"]
             flat[f"{arm}.p_value"] = estimate["p_value"]
+            if estimate["per_resolved"]:
+                flat[f"{arm}.control_per_resolved"] = estimate["per_resolved"]["incumbent"]
+                flat[f"{arm}.candidate_per_resolved"] = estimate["per_resolved"]["candidate"]
         if quality:
             flat[f"{arm}.resolution_drop_pct"] = quality["drop_pct"]
             flat[f"{arm}.resolution_drop_upper_pct"] = quality["drop_upper_pct"]
@@ -85,17 +95,22 @@ def summary_line(decision: Mapping[str, Any]) -> str:
 
 def _headline(decision: Mapping[str, Any]) -> str:
     estimate, quality = decision["estimate"], decision["quality"]
-    parts = [f"{decision['metric']} {_estimate(estimate)}" if estimate else f"{decision['metric']}: no estimate"]
+    parts = [f"{decision['metric']} {_per(estimate)}{_estimate(estimate)}" if estimate else
+             f"{decision['metric']}: no estimate"]
     if quality:
         parts.append(f"resolved {quality['incumbent']['resolved']}/{quality['incumbent']['valid_runs']} -> "
                      f"{quality['candidate']['resolved']}/{quality['candidate']['valid_runs']}")
     return ", ".join(parts)
 
 
+def _per(estimate: Mapping[str, Any]) -> str:
+    return "per resolved task " if estimate["estimand"] == "per_resolved" else "per run (geometric mean) "
+
+
 def _estimate(estimate: Mapping[str, Any]) -> str:
     low, high = estimate["interval_pct"]
     return (f"{estimate['improvement_pct']:.1f}% cheaper ({100 * estimate['confidence']:g}% interval {low:.1f}% to "
-            f"{high:.1f}%, p={estimate['p_value']:.2g})")
+            f"{high:.1f}%, p={estimate['p_value']:.3g})")
 
 
 def render_report(promotion: Mapping[str, Any], totals: Mapping[str, Mapping[str, float | int]],
@@ -103,7 +118,7 @@ def render_report(promotion: Mapping[str, Any], totals: Mapping[str, Mapping[str
     """The decision first, then per arm the estimate per task and the reasons, what the overlay changes (with
     every frontmatter change spelled out), then what it is bound to."""
     backend = promotion["backend"]
-    lines = ["# Gate decision", ""]
+    lines = ["# Gate decision", "", ESTIMAND, ""]
     if backend["simulated"]:
         lines += [SIMULATED_NOTICE, ""]
     lines += [f"- **{d['candidate_arm']}: {d['decision']}** — {_headline(d)}" for d in promotion["decisions"]]
@@ -166,23 +181,34 @@ def overlay_section(manifest: Mapping[str, Any]) -> list[str]:
 def _decision_section(decision: Mapping[str, Any]) -> list[str]:
     metric, estimate = decision["metric"], decision["estimate"]
     lines = [f"## {decision['candidate_arm']} vs {decision['incumbent_arm']}: {decision['decision']}", ""]
-    if estimate:
-        lines += [f"Estimated {metric} improvement (geometric mean over tasks): {_estimate(estimate)}; "
+    if estimate and estimate["estimand"] == "per_resolved":
+        levels = estimate["per_resolved"]
+        lines += [f"Estimated improvement in {metric} per resolved task over the gate's tasks: {_estimate(estimate)}; "
+                  f"{_number(levels['incumbent'])} per resolved task for the control, {_number(levels['candidate'])} "
+                  f"for the candidate (bootstrap-t, {estimate['resamples']} resamples).", ""]
+    elif estimate:
+        lines += [f"Estimated {metric} improvement per run (geometric mean over tasks): {_estimate(estimate)}; "
                   f"{estimate['df']} degrees of freedom, log-scale spread {estimate['log_sd']:.3f}.", ""]
     protocol = decision["per_protocol"]
     lines += [f"Per protocol (only runs where the skill loaded; reported, not decided on): "
               f"{_estimate(protocol) if protocol else 'no estimate'}.", ""]
+    bound = decision.get("exclusion_bound")
+    if bound:
+        worst = bound["estimate"]
+        lines += [f"Excluded runs at their worst ({bound['imputed_candidate_runs']} candidate run(s) unresolved at "
+                  f"their task's highest {metric}, {bound['imputed_incumbent_runs']} control run(s) resolved at its "
+                  f"lowest): {bound['decision']}" + (f", {_estimate(worst)}" if worst else "") + ".", ""]
     interval = f"{100 * estimate['confidence']:g}% interval" if estimate else "interval"
     lines += [
-        f"| task | incumbent resolved | candidate resolved | incumbent {metric} (median) | candidate {metric} "
-        f"(median) | improvement | {interval} |",
+        f"| task | control resolved | candidate resolved | control {metric} per run (mean) | candidate {metric} per "
+        f"run (mean) | improvement per resolved task | {interval} |",
         "|---|---|---|---|---|---|---|",
     ]
     for row in decision["tasks"]:
         inc, cand = row["incumbent"], row["candidate"]
         span = "–" if row["interval_pct"] is None else f"{row['interval_pct'][0]:.1f}% to {row['interval_pct'][1]:.1f}%"
-        lines.append(f"| {row['task']} | {_resolved(inc)} | {_resolved(cand)} | {_number(inc[metric])} "
-                     f"| {_number(cand[metric])} | {_pct(row['improvement_pct'])} | {span} |")
+        lines.append(f"| {row['task']} | {_resolved(inc)} | {_resolved(cand)} | {_number(_mean(inc, metric))} "
+                     f"| {_number(_mean(cand, metric))} | {_pct(row['improvement_pct'])} | {span} |")
     seed = decision["seed"]
     if seed:
         lines += ["", f"Seed rule: median of task medians {_pct(seed['median_improvement_pct'])}, resolution margin "
@@ -192,6 +218,11 @@ def _decision_section(decision: Mapping[str, Any]) -> list[str]:
         lines += ["", f"Warning: {decision['metric_warning']}."]
     lines += ["", "Reasons:", "", *(f"- {reason}" for reason in decision["reasons"])]
     return lines
+
+
+def _mean(agg: Mapping[str, Any], metric: str) -> float | None:
+    values = [s[metric] for s in agg["samples"]]
+    return None if not values or None in values else sum(values) / len(values)
 
 
 def _resolved(agg: Mapping[str, Any]) -> str:

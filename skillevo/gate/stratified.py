@@ -1,12 +1,15 @@
-"""The default promotion rule (`gate.policy: stratified`, docs/gate.md): a decision with a stated error rate.
+"""The tested promotion rules (`gate.policy: per_resolved`, the default, and `geometric`), docs/gate.md: a decision
+with a stated error rate.
 
 A candidate arm that is not better is promoted at most `alpha` of the time: it is promoted on the metric only
-when a stratified one-sided test rejects "not cheaper" at alpha less the share reserved for resolution, and on
-resolution alone only when its own stratified test rejects "resolves no more" at that share. Apply needs every
-required arm, so over arms this is an intersection-union test and needs no correction. Quality comes first: a
-significant drop in resolution, or one that the runs cannot bound within the stated margin, never promotes.
-A candidate side stopped at one of its planned looks is judged by the same rule at that look's levels
-(skillevo/gate/looks.py), which keeps the same alpha whatever stopped it.
+when a one-sided test stratified by task rejects "not cheaper" at alpha less the share reserved for resolution
+(per_resolved: the candidate's metric per resolved task over the gate's tasks, what a team pays; geometric: the
+geometric-mean ratio per run, kept for comparison), and on resolution alone only when its own stratified test
+rejects "resolves no more" at that share. Apply needs every required arm, so over arms this is an
+intersection-union test and needs no correction. Quality comes first: a significant drop in resolution, or one
+that the runs cannot bound within the stated margin, never promotes. Too few runs for the test to be trusted
+(gate.min_total_runs: heavy tails would go unseen) is insufficient evidence, never a promotion. A candidate side
+stopped at one of its planned looks is judged by the same rule at that look's levels (skillevo/gate/looks.py).
 """
 
 from __future__ import annotations
@@ -24,6 +27,8 @@ from skillevo.gate.verdict import (
     Verdict,
 )
 
+__all__ = ["Verdict", "judge"]
+
 
 def judge(pairs: Sequence[Pair], policy: Policy, estimate: stats.Estimate | None, quality: stats.Quality | None,
           levels: Levels) -> Verdict:
@@ -31,10 +36,11 @@ def judge(pairs: Sequence[Pair], policy: Policy, estimate: stats.Estimate | None
     (skillevo/gate/looks.py); `estimate` and `quality` were computed at them."""
     metric = policy.metric
     reasons = _missing_data(pairs, policy)
-    if not reasons and estimate is None:
-        reasons.append(f"the spread of {metric} cannot be estimated: no task has two valid runs in an arm")
-    if reasons or estimate is None or quality is None:
-        return Verdict(INSUFFICIENT_EVIDENCE, reasons)
+    if reasons or quality is None:
+        return Verdict(INSUFFICIENT_EVIDENCE, reasons or ["no task has valid runs in both arms"])
+    if any(all(getattr(p, arm)["valid_runs"] < 2 for p in pairs) for arm in ("incumbent", "candidate")):
+        return Verdict(INSUFFICIENT_EVIDENCE, [f"the spread of {metric} cannot be estimated: no task has two "
+                                               "valid runs in an arm"])
 
     q = quality
     inc, cand = q.incumbent, q.candidate
@@ -53,18 +59,35 @@ def judge(pairs: Sequence[Pair], policy: Policy, estimate: stats.Estimate | None
         return Verdict(INSUFFICIENT_EVIDENCE, [f"{bound}: even with every run resolved it takes at least {needed} "
                                                "valid runs per arm over all tasks; raise sampling.runs"])
 
+    alone = levels.quality_alone
+    rises = alone > 0 and q.increase_p_value is not None and q.increase_p_value <= alone
+    rose = "" if not rises else (f"resolution rose ({shares}): the stratified test for an increase gives "
+                                 f"p={q.increase_p_value:.3g}, at or below quality_promotion_alpha {alone:g}")
+    if estimate is None:
+        if policy.policy == "geometric":
+            return Verdict(INSUFFICIENT_EVIDENCE, [f"the spread of {metric} cannot be estimated: no task has two "
+                                                   "valid runs in an arm"])
+        if cand[0] == 0:
+            return Verdict(KEEP_INCUMBENT, [f"the candidate resolved no run ({shares}): its {metric} per resolved "
+                                            "task is unbounded"])
+        if inc[0] == 0:
+            if rises:
+                return Verdict(PROMOTE, [f"{rose}; the incumbent resolved no run, so its {metric} per resolved task "
+                                         "is unbounded"])
+            return Verdict(INSUFFICIENT_EVIDENCE, [f"the incumbent resolved no run ({shares}): {metric} per resolved "
+                                                   "task cannot be compared, and the rise in resolution is not "
+                                                   "significant"])
+        return Verdict(INSUFFICIENT_EVIDENCE, [f"{metric} is zero in every run of an arm: nothing to compare"])
+
     level = levels.cost
-    found = (f"{metric}: estimated improvement {estimate.improvement_pct:.1f}% ({100 * (1 - 2 * level):g}% "
+    what = "per resolved task" if estimate.estimand == "per_resolved" else "per run (geometric mean)"
+    found = (f"{metric} {what}: estimated improvement {estimate.improvement_pct:.1f}% ({100 * (1 - 2 * level):.4g}% "
              f"interval {estimate.interval_pct[0]:.1f}% to {estimate.interval_pct[1]:.1f}%), one-sided "
              f"p={estimate.p_value:.3g} against 'not cheaper' at level {level:.3g}")
     if estimate.p_value <= level and estimate.improvement_pct >= policy.min_improvement_pct:
         return Verdict(PROMOTE, [f"{found}; at least {policy.min_improvement_pct:g}% required"])
-    alone = levels.quality_alone
-    if (alone > 0 and q.increase_p_value is not None and q.increase_p_value <= alone
-            and estimate.p_value_worse > level):
-        return Verdict(PROMOTE, [f"resolution rose ({shares}): the stratified test for an increase gives "
-                                 f"p={q.increase_p_value:.3g}, at or below quality_promotion_alpha {alone:g}, and "
-                                 f"{metric} is not significantly worse ({found})"])
+    if rises and estimate.p_value_worse > level:
+        return Verdict(PROMOTE, [f"{rose}, and {metric} is not significantly worse ({found})"])
     if estimate.p_value > level:
         why = "not significant"
     else:
@@ -73,7 +96,8 @@ def judge(pairs: Sequence[Pair], policy: Policy, estimate: stats.Estimate | None
 
 
 def _missing_data(pairs: Sequence[Pair], policy: Policy) -> list[str]:
-    """Every task needs min_runs valid runs per arm with the metric measured and positive in each."""
+    """Every task needs min_runs valid runs per arm with the metric measured in each (and positive, for a log
+    scale), and each arm min_total_runs over all tasks."""
     metric, reasons = policy.metric, []
     for pair in pairs:
         n_inc, n_cand = pair.incumbent["valid_runs"], pair.candidate["valid_runs"]
@@ -85,7 +109,15 @@ def _missing_data(pairs: Sequence[Pair], policy: Policy) -> list[str]:
         if unmeasured:
             reasons.append(f"{pair.task}: {metric} was not measured in {unmeasured} valid run(s); an unmeasured run "
                            "is never read as free")
-        elif any(v <= 0 for v in values):
+        elif policy.policy == "geometric" and any(v <= 0 for v in values):
             reasons.append(f"{pair.task}: {metric} is zero in {sum(1 for v in values if v <= 0)} valid run(s); the "
                            "log-scale test needs positive values (choose a metric with signal)")
+    if pairs and not reasons and policy.policy == "per_resolved":
+        totals = [sum(p.incumbent["valid_runs"] for p in pairs), sum(p.candidate["valid_runs"] for p in pairs)]
+        if min(totals) < policy.min_total_runs:
+            per_task = -(-policy.min_total_runs // len(pairs))
+            reasons.append(f"{min(totals)} valid runs in an arm over the {len(pairs)} gate task(s) (incumbent "
+                           f"{totals[0]}, candidate {totals[1]}): the cost test needs at least {policy.min_total_runs} "
+                           f"(gate.min_total_runs) before a costly behaviour in a few percent of runs is reliably "
+                           f"seen; run at least {per_task} per task (sampling.runs)")
     return reasons

@@ -1,0 +1,19 @@
+"""The statistics the gate decides with: one module per test, each a pure function with a stated error rate.
+
+- per_resolved: the default cost test, the candidate's metric per resolved task relative to the incumbent's
+  (what a team pays), bootstrap-t calibrated;
+- geometric: the geometric-mean t-test on log cost per run, kept for comparison;
+- resolution: the pooled resolution drop's bound and the stratified tests for a decrease or an increase;
+- looks: the levels of a sequential candidate side's planned looks (alpha spending);
+- power: what a sampling plan can detect, for the preflight.
+"""
+
+from skillevo.stats.estimate import Estimate, significant
+from skillevo.stats.geometric import log_ratio
+from skillevo.stats.looks import LOOK_BOUNDARIES, look_fractions, look_levels, spent
+from skillevo.stats.per_resolved import per_resolved
+from skillevo.stats.power import detectable_improvement_pct
+from skillevo.stats.resolution import Quality, quality, runs_to_bound_drop
+
+__all__ = ["LOOK_BOUNDARIES", "Estimate", "Quality", "detectable_improvement_pct", "log_ratio", "look_fractions",
+           "look_levels", "per_resolved", "quality", "runs_to_bound_drop", "significant", "spent"]
