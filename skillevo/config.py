@@ -106,9 +106,10 @@ class SequentialParams:
 
 @dataclass(frozen=True)
 class SamplingParams:
-    runs: int
+    runs: int  # the candidate side's runs per (task, arm), its controls' too
+    incumbent_runs: int  # the incumbent side's
     replicate: int
-    prior_log_sd: float
+    prior_cv: float
     power: float
     sequential: SequentialParams
 

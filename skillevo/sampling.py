@@ -142,33 +142,33 @@ def _look_arm(incumbent_rows: list[Mapping[str, Any]], candidate_rows: list[Mapp
 @dataclass(frozen=True)
 class Preflight:
     tasks: int
-    runs: int
-    log_sd: float
-    spread_from: str  # "incumbent (N runs)" or "prior (sampling.prior_log_sd)"
-    detectable_pct: float | None  # the improvement found with `power` at the cost test's level
-    drop_runs_needed: int  # valid runs per arm before a perfect record bounds a resolution drop within the margin
+    runs: int  # sampling.runs: what the candidate side and its controls will run per (task, arm)
+    cv: float  # the coefficient of variation of the metric the figures assume
+    spread_from: str  # "incumbent (N runs)" or "prior (sampling.prior_cv)"
+    detectable_pct: float | None  # the saving per resolved task found with `power` at the cost test's level
+    runs_needed: dict[str, int | None]  # per (task, arm), for each thing a promotion needs
     warnings: tuple[str, ...]
 
     def to_dict(self) -> dict[str, Any]:
-        return {"tasks": self.tasks, "runs": self.runs, "log_sd": round(self.log_sd, 6),
-                "spread_from": self.spread_from,
+        return {"tasks": self.tasks, "runs": self.runs, "cv": round(self.cv, 6), "spread_from": self.spread_from,
                 "detectable_improvement_pct": None if self.detectable_pct is None else round(self.detectable_pct, 2),
-                "resolution_runs_needed": self.drop_runs_needed, "warnings": list(self.warnings)}
+                "runs_needed": dict(self.runs_needed), "warnings": list(self.warnings)}
 
 
 def spread(rows: Iterable[Mapping[str, Any]], metric: str) -> tuple[float, int] | None:
-    """Pooled within-(task, arm) standard deviation of the log metric over valid, measured, positive runs, and
-    the number of runs it rests on; None when no cell has two such runs."""
+    """The metric's coefficient of variation pooled within (task, arm) cells over valid, measured runs (each run
+    relative to its cell's mean, as the per_resolved test pools it), and the number of runs it rests on; None
+    when no cell has two such runs or every mean is zero."""
     cells: dict[tuple[str, str], list[float]] = {}
     for row in rows:
         value = row[metric]
-        if not is_excluded(row) and value is not None and value > 0:
-            cells.setdefault((row["task"], row["arm"]), []).append(math.log(value))
+        if not is_excluded(row) and value is not None:
+            cells.setdefault((row["task"], row["arm"]), []).append(float(value))
     squares, df, used = 0.0, 0, 0
     for values in cells.values():
-        if len(values) >= 2:
-            mean = sum(values) / len(values)
-            squares += sum((v - mean) ** 2 for v in values)
+        mean = sum(values) / len(values)
+        if len(values) >= 2 and mean > 0:
+            squares += sum((v / mean - 1) ** 2 for v in values)
             df += len(values) - 1
             used += len(values)
     return (math.sqrt(squares / df), used) if df else None
@@ -176,30 +176,53 @@ def spread(rows: Iterable[Mapping[str, Any]], metric: str) -> tuple[float, int] 
 
 def preflight(rows: Iterable[Mapping[str, Any]], gate_tasks: Iterable[str], sampling: SamplingParams,
               policy: Policy) -> Preflight:
-    """What the configured runs can show on the gate's tasks, from the incumbent side's own spread."""
-    gate_tasks = set(gate_tasks)
-    observed = spread([row for row in rows if row["task"] in gate_tasks], policy.metric)
+    """What the configured runs can show on the gate's tasks, and the runs per (task, arm) each thing a promotion
+    needs takes, from the incumbent side's own means, resolution and spread (its worst arm: apply needs every
+    arm), before any candidate money is spent."""
+    gate_tasks = sorted(set(gate_tasks))
+    rows = [row for row in rows if row["task"] in gate_tasks and not is_excluded(row)]
+    observed = spread(rows, policy.metric)
     if observed and observed[0] > 0:
-        log_sd, source = observed[0], f"incumbent ({observed[1]} runs)"
+        cv, source = observed[0], f"incumbent ({observed[1]} runs)"
     else:
-        log_sd, source = sampling.prior_log_sd, "prior (sampling.prior_log_sd)"
-    detectable = stats.detectable_improvement_pct(log_sd, len(gate_tasks), sampling.runs, policy.cost_alpha,
-                                                  sampling.power)
-    needed = stats.runs_to_bound_drop(policy.max_resolution_drop_pct, policy.alpha)
+        cv, source = sampling.prior_cv, "prior (sampling.prior_cv)"
+    variances = []
+    for arm in sorted({row["arm"] for row in rows}):
+        cells = []
+        for task in gate_tasks:
+            mine = [row for row in rows if row["arm"] == arm and row["task"] == task and row[policy.metric] is not None]
+            if mine:
+                cells.append((sum(float(r[policy.metric]) for r in mine) / len(mine),
+                              sum(1 for r in mine if r["resolved"]) / len(mine), cv))
+        found = stats.per_resolved_variance(cells) if len(cells) == len(gate_tasks) else None
+        if found is not None:
+            variances.append(found)
+    variance = max(variances) if variances else cv * cv / max(len(gate_tasks), 1)
+    tasks = max(len(gate_tasks), 1)
+    level = policy.cost_alpha
+    detectable = stats.detectable_per_resolved_pct(variance, sampling.runs, level, sampling.power)
+    needed = {
+        "min_total_runs": -(-policy.min_total_runs // tasks),
+        "resolution_bound": -(-stats.runs_to_bound_drop(policy.max_resolution_drop_pct, policy.alpha) // tasks),
+        "min_improvement": stats.runs_for_saving(variance, policy.min_improvement_pct, level, sampling.power),
+        "saving_20pct": stats.runs_for_saving(variance, 20, level, sampling.power),
+    }
     warnings = []
-    if detectable is None:
-        warnings.append(f"sampling.runs {sampling.runs} leaves no degrees of freedom: the gate cannot estimate "
-                        "the spread and will say insufficient_evidence")
-    elif policy.min_improvement_pct < detectable:
-        warnings.append(f"gate.min_improvement_pct {policy.min_improvement_pct:g}% is below the improvement "
-                        f"{sampling.runs} runs can detect ({detectable:.1f}% at power {sampling.power:g}): a real "
-                        "improvement between the two will usually be kept out; raise sampling.runs")
-    if sampling.runs * len(gate_tasks) < needed:
-        warnings.append(f"{sampling.runs} runs on {len(gate_tasks)} gate task(s) are {sampling.runs * len(gate_tasks)}"
-                        f" runs per arm: a resolution drop of {policy.max_resolution_drop_pct:g} points cannot be ruled"
-                        f" out with fewer than {needed}, so no candidate can be promoted; raise sampling.runs")
+    if sampling.runs < needed["min_total_runs"]:
+        warnings.append(f"sampling.runs {sampling.runs} on {len(gate_tasks)} gate task(s) is "
+                        f"{sampling.runs * len(gate_tasks)} runs per arm, below gate.min_total_runs "
+                        f"{policy.min_total_runs}: no candidate can be promoted; run at least "
+                        f"{needed['min_total_runs']} per task")
+    if sampling.runs < needed["resolution_bound"]:
+        warnings.append(f"{sampling.runs} runs on {len(gate_tasks)} gate task(s) cannot rule out a resolution drop of "
+                        f"{policy.max_resolution_drop_pct:g} points, so no candidate can be promoted; run at least "
+                        f"{needed['resolution_bound']} per task")
+    if detectable is not None and policy.min_improvement_pct < detectable:
+        warnings.append(f"gate.min_improvement_pct {policy.min_improvement_pct:g}% is below the saving {sampling.runs} "
+                        f"runs can detect ({detectable:.1f}% at power {sampling.power:g}): a real saving between the "
+                        f"two will usually be kept out; {needed['min_improvement']} runs per task would find it")
     warnings += sequential_warnings(sampling, policy)
-    return Preflight(len(gate_tasks), sampling.runs, log_sd, source, detectable, needed, tuple(warnings))
+    return Preflight(len(gate_tasks), sampling.runs, cv, source, detectable, needed, tuple(warnings))
 
 
 def sequential_warnings(sampling: SamplingParams, policy: Policy) -> list[str]:
@@ -210,9 +233,13 @@ def sequential_warnings(sampling: SamplingParams, policy: Policy) -> list[str]:
         return []
     warnings = [] if seq.metric == policy.metric else [
         f"sampling.sequential.metric {seq.metric} is not gate.metric {policy.metric}: the looks test another metric"]
+    if policy.policy != "per_resolved":
+        warnings.append(f"gate.policy {policy.policy} is not per_resolved, the test the looks use: the bench may stop "
+                        "where the gate will not decide the same")
     for key, mine, theirs in (("alpha", seq.alpha, policy.cost_alpha),
                               ("min_improvement_pct", seq.min_improvement_pct, policy.min_improvement_pct),
-                              ("max_resolution_drop_pct", seq.max_resolution_drop_pct, policy.max_resolution_drop_pct)):
+                              ("max_resolution_drop_pct", seq.max_resolution_drop_pct, policy.max_resolution_drop_pct),
+                              ("min_total_runs", seq.min_total_runs, policy.min_total_runs)):
         if not math.isclose(mine, theirs, abs_tol=1e-12):
             warnings.append(f"sampling.sequential.{key} {mine:g} is not the gate's {theirs:g}: the bench may stop "
                             "to promote where the gate will not, or go on where it would")

@@ -1,9 +1,11 @@
-"""Stage `preflight`: before the candidate side is paid for, say what the configured runs can detect.
+"""Stage `preflight`: before the candidate side is paid for, say what the configured runs can detect and what
+each thing a promotion needs takes.
 
-From the incumbent side's spread of the gate's metric on the gate's tasks (or sampling.prior_log_sd when it
-shows none), print the minimum improvement the cost test finds at sampling.power and gate.alpha, and warn
-when gate.min_improvement_pct is below it or when too few runs can ever bound a resolution drop. Writes
-<out> (`dvc metrics show`). Advisory: it never stops the pipeline. Exit 2 on bad input.
+From the incumbent side's means, resolution and spread of the gate's metric on the gate's tasks (or
+sampling.prior_cv when it shows no spread), print the smallest saving per resolved task the cost test finds at
+sampling.power and gate.alpha with sampling.runs, and the runs per (task, arm) that gate.min_total_runs, the
+resolution drop's bound, gate.min_improvement_pct and a 20% saving each take; warn when sampling.runs falls
+short of one. Writes <out> (`dvc metrics show`). Advisory: it never stops the pipeline. Exit 2 on bad input.
 """
 
 from __future__ import annotations
@@ -34,11 +36,14 @@ def run(args: argparse.Namespace) -> str:
     result = sampling.preflight(side.rows, split.gate, params.sampling, params.gate)
     safefs.write_atomic(args.out, documents.dump_json(result.to_dict()))
     stage.warn("preflight", result.warnings)
-    found = "nothing (no degrees of freedom)" if result.detectable_pct is None else f"{result.detectable_pct:.1f}%"
-    return (f"preflight: {result.runs} runs on {result.tasks} gate task(s) detect an improvement of {found} with "
-            f"power {params.sampling.power:g} at level {params.gate.cost_alpha:.3g} (log spread "
-            f"{result.log_sd:.3f} from the {result.spread_from}); bounding a resolution drop within "
-            f"{params.gate.max_resolution_drop_pct:g} points takes {result.drop_runs_needed} runs per arm")
+    found = "nothing (too few runs)" if result.detectable_pct is None else f"{result.detectable_pct:.1f}%"
+    needed = result.runs_needed
+    return (f"preflight: {result.runs} runs per (task, arm) on {result.tasks} gate task(s) detect a saving per "
+            f"resolved task of {found} with power {params.sampling.power:g} at level {params.gate.cost_alpha:.3g} "
+            f"(CV {result.cv:.3f} from the {result.spread_from}); runs needed per (task, arm): "
+            f"{needed['min_total_runs']} for gate.min_total_runs, {needed['resolution_bound']} to bound a resolution "
+            f"drop within {params.gate.max_resolution_drop_pct:g} points, {needed['min_improvement']} to find a "
+            f"{params.gate.min_improvement_pct:g}% saving, {needed['saving_20pct']} to find a 20% saving")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -249,6 +249,18 @@ def test_interim_refuses_what_is_not_a_look(candidate, look, sampling_plan, mess
         sampling.interim(INC, candidate, PAIR, look, sampling_plan)
 
 
+def test_a_look_whose_level_is_below_the_bootstraps_resolution_cannot_promote():
+    """1 / (RESAMPLES + 1) is the smallest p-value the bootstrap gives: a first look of a long plan, whose level is
+    below it, goes on, however clear the saving (the gate keeps its level; the look just cannot stop to promote)."""
+    from skillevo.stats.per_resolved import RESAMPLES
+    first = stats.look_levels((3, 5, 7, 9, 10), 0.04)[0]
+    assert first < 1 / (RESAMPLES + 1)
+    wide = {"max_resolution_drop_pct": 100, "futility_p_value": 1, "futility_confidence": 0}
+    found = sampling.interim(INC, CHEAPER_3, PAIR, 1, plan(10, **wide))
+    assert found.action == sampling.CONTINUE and f"p={1 / (RESAMPLES + 1):.3g}" in found.reasons[0]
+    assert sampling.interim(INC, CHEAPER_3, PAIR, 1, plan(5, **wide)).action == sampling.PROMOTE
+
+
 def test_the_efficacy_level_is_the_looks_spending_boundary():
     # a p-value between look 1's boundary and the fixed level: the first of five looks goes on, where one look
     # (the fixed design, at the whole alpha) would stop to promote on the same runs
@@ -269,8 +281,13 @@ def test_the_efficacy_level_is_the_looks_spending_boundary():
 
 def test_preflight_warns_when_interim_and_the_gate_disagree():
     from skillevo.config import Policy
-    policy = Policy.from_dict({})
+    policy = Policy.from_dict({"min_total_runs": 1})  # as plan() has it
     assert sampling.sequential_warnings(plan(), policy) == []
+    assert any("sampling.sequential.min_total_runs 1 is not the gate's 40" in w
+               for w in sampling.sequential_warnings(plan(), Policy.from_dict({})))
+    assert any("gate.policy geometric is not per_resolved" in w
+               for w in sampling.sequential_warnings(plan(), Policy.from_dict({"policy": "geometric",
+                                                                                "min_total_runs": 1})))
     assert sampling.sequential_warnings(plan(enabled=False, alpha=0.2), policy) == []
     warnings = sampling.sequential_warnings(plan(alpha=0.05, metric="num_turns", first=2), policy)
     assert any("sampling.sequential.alpha 0.05 is not the gate's 0.04" in w for w in warnings)

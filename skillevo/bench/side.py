@@ -110,7 +110,8 @@ def plan(side: str, tasks_file: Path, skills_dir: Path, overlay_dir: Path | None
             raise BadInput(f"{overlay_dir}: the overlay touches {sorted(touched)}, which no arm uses (rule: required arms)")
         overlay_digest = layout.tree_digest(files, overlay_executables)
         controls = [params.arms[arm.incumbent] for arm in arm_list]
-    return SidePlan(side, tasks_file, family, files, chosen, skipped, arm_list, params.sampling.runs,
+    runs = params.sampling.runs if side == "candidate" else params.sampling.incumbent_runs
+    return SidePlan(side, tasks_file, family, files, chosen, skipped, arm_list, runs,
                     layout.tree_digest(family, executables), overlay_digest, split, frozenset(executables),
                     frozenset(overlay_executables), controls, params.sampling.replicate)
 
