@@ -67,10 +67,10 @@ def make_mini(root: Path) -> Path:
 
 
 def params_doc(runs: int = 1, workers: int = 2, **sections: dict) -> dict:
-    """The project's params.yaml as a document, with runs, workers and whole sections changed."""
+    """The project's params.yaml as a document, with runs (both sides'), workers and whole sections changed."""
     doc = yaml.safe_load((ROOT / "params.yaml").read_text())
     doc["bench"].update(workers=workers)
-    doc.setdefault("sampling", {}).update(runs=runs)
+    doc.setdefault("sampling", {}).update(runs=runs, incumbent_runs=runs)
     doc["tasks"].update(gate=[], evidence=[])  # the demo's split names demo tasks; tests bring their own tasks
     for name, values in sections.items():
         doc[name] = {**doc.get(name, {}), **values}

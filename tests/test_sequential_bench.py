@@ -1,5 +1,6 @@
-"""A sequential candidate side, end to end with the real CLI: it runs in looks, asks sampling.interim after each,
-stops paying when the answer is known, and records the look it stopped at for the gate."""
+"""A sequential candidate side, end to end with the real CLI: it runs in looks, its candidate arm beside its control
+in every block, asks sampling.interim after each look, stops paying when the answer is known, and records the
+look it stopped at for the gate."""
 
 from __future__ import annotations
 
@@ -9,7 +10,6 @@ from pathlib import Path
 import pytest
 
 from skillevo.bench.side import plan, run_side
-from skillevo.errors import BadInput
 from skillevo.results import load_side, sequential_record
 from skillevo import config
 from tests.bench_fixtures import ROOT, make_mini, params_doc
@@ -40,8 +40,7 @@ def sides(tmp_path_factory):
 def _candidate(sides, overlay: Path, name: str) -> Path:
     tmp, tasks_file, p, incumbent = sides
     out = tmp / name
-    run_side(plan("candidate", tasks_file, ROOT / "skills", overlay, p), p, out, quiet=True, incumbent_rows=incumbent,
-             store=tmp / "store")
+    run_side(plan("candidate", tasks_file, ROOT / "skills", overlay, p), p, out, quiet=True, store=tmp / "store")
     return out
 
 
@@ -51,12 +50,12 @@ def test_a_null_candidate_stops_for_futility_at_the_first_look(sides):
     assert bench["sequential"] == {"looks": [2, 4, 6], "stopped_at_look": 1, "reason": "futility"}
     rows = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
     assert {r["run"] for r in rows} == {1, 2} and bench["cells"] == bench["rows"] == len(rows)
+    # the control ran beside the candidate in every block, and stopped with it
+    assert sorted((r["arm"], r["run"]) for r in rows) == [("candidate_workflow", 1), ("candidate_workflow", 2),
+                                                          ("workflow", 1), ("workflow", 2)]
+    assert {r["side"] for r in rows} == {"candidate"} and bench["controls"] == "interleaved"
+    controls = [r for r in rows if r["arm"] == "workflow"]
+    stored = {tuple(r["session_ids"]) for r in sides[3]}
+    assert all(r["overlay_digest"] is None and tuple(r["session_ids"]) not in stored for r in controls)  # new sessions
     record = sequential_record(load_side(out, "candidate"))  # what the gate will read: consistent with the rows
     assert record is not None and record.runs == 2
-
-
-def test_a_sequential_candidate_side_needs_the_incumbent(sides):
-    tmp, tasks_file, p, _ = sides
-    with pytest.raises(BadInput, match="needs --incumbent"):
-        run_side(plan("candidate", tasks_file, ROOT / "skills", ROOT / "tests/overlays/known-better", p), p,
-                 tmp / "nothing", quiet=True)
