@@ -185,7 +185,7 @@ def _result_events(data: bytes, where: str) -> dict[str, Any]:
     """The one account of a stored transcript's session: the CLI's `result` event, or the harness's
     `skillevo_stopped` event for a session stopped before the CLI could report (the tokens the relay counted)."""
     found = []
-    for number, line in enumerate(data.split(b"\n"), start=1):
+    for number, line in enumerate(documents.jsonl_lines(data), start=1):
         if line.strip():
             event = documents.parse_json(line, f"{where}:{number}")
             if isinstance(event, dict) and event.get("type") in ("result", STOPPED):
