@@ -52,6 +52,9 @@ CASES: dict[str, list[dict]] = {
     # a path of 20 x 251 bytes: over PATH_MAX, reachable only one directory at a time
     "longpath": [*HONEST, {"bash": f"for i in $(seq 20); do mkdir {LONG} && cd {LONG} || exit 1; done; "
                                    "echo deep > f; pwd | wc -c"}],
+    # 80 MB written below a path over PATH_MAX, where a path walk of the workspace never looks
+    "hiddenflood": [*HONEST, {"bash": f"for i in $(seq 20); do mkdir {LONG} && cd {LONG} || exit 1; done; "
+                                      "head -c 40M /dev/zero > a; head -c 40M /dev/zero > b; sleep 10"}],
     "locked": [*HONEST, {"bash": "mkdir -p locked/inner && echo x > locked/inner/f && chmod 000 locked/inner/f "
                                  "locked/inner locked && ls -ld locked"}],
     "breaks": [*HONEST, {"bash": BREAKS}, {"bash": f"{BREAKS} > notes.txt"}, {"read": "notes.txt"}],
@@ -136,7 +139,7 @@ def _as_a_non_root_harness(monkeypatch) -> None:
 @pytest.mark.bwrap
 def test_what_an_agent_leaves_or_breaks_is_measured_at_its_cost(tmp_path, monkeypatch):
     _as_a_non_root_harness(monkeypatch)
-    results = _run(tmp_path, ["honest", "longpath", "locked", "breaks"])
+    results = _run(tmp_path, ["honest", "longpath", "locked", "breaks", "hiddenflood"])
     honest = results["honest"].row
     assert honest["resolved"] is True and honest["error_kind"] is None, honest["error_detail"]
 
@@ -146,6 +149,9 @@ def test_what_an_agent_leaves_or_breaks_is_measured_at_its_cost(tmp_path, monkey
     assert "Permission denied" in locked["error_detail"]
     for row in (longpath, locked):  # the whole session was paid for: it costs at least what the honest one did
         assert row["cost_usd"] >= honest["cost_usd"] and len(row["transcripts"]) == 1
+
+    hidden = _measured(results["hiddenflood"], "cell-limit")  # the watch saw it and stopped the session
+    assert hidden["error_detail"].startswith("session 1 (auto): session stopped: disk: the workspace grew by")
 
     breaks = results["breaks"]  # the stream is read whole: an ordinary, resolved measurement
     assert breaks.row["resolved"] is True and breaks.row["error_kind"] is None, breaks.row["error_detail"]

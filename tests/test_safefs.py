@@ -8,12 +8,14 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import pytest
 
 from skillevo import safefs
-from skillevo.sandbox.watch import _allocated
+from skillevo.limits import Limits
+from skillevo.sandbox.watch import DISK_POLL_S, Watch
 
 ROOT = Path(__file__).resolve().parents[1]
 NOBODY = 65534
@@ -60,11 +62,18 @@ def test_remove_tree_removes_whatever_an_agent_left(tmp_path):
     assert (outside / "keep").read_text() == "keep"  # the link was removed, never followed
 
 
-def test_allocated_counts_bytes_past_path_max_that_a_path_walk_misses(tmp_path):
-    tree = _hostile_tree(tmp_path / "tree")
-    assert safefs.allocated(tree) >= 3 << 20
-    assert _allocated(tree) < 1 << 20  # the watch's path walk: why its quota check alone could be fooled
-    safefs.remove_tree(tree)
+def test_a_flood_hidden_past_path_max_still_counts_toward_the_disk_limit(tmp_path):
+    """The watch sizes the workspace with allocated(): a path walk (as it once did) stops at PATH_MAX and missed
+    every byte below."""
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    watch = Watch(Limits(processes=64, memory_mb=512, cpu_s=60, disk_mb=2, tmp_mb=8, file_mb=8), lambda: None, ws)
+    assert watch.exceeded() is None
+    _hostile_tree(ws / "tree")
+    assert safefs.allocated(ws) >= 3 << 20
+    time.sleep(DISK_POLL_S)
+    assert watch.exceeded().startswith("disk: the workspace grew by 3 MB"), watch.crossed
+    safefs.remove_tree(ws)
 
 
 @pytest.mark.skipif(os.geteuid() != 0 or shutil.which("setpriv") is None, reason="needs root to become another user")
