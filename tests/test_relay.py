@@ -68,6 +68,9 @@ class _Endpoint(BaseHTTPRequestHandler):
             self.wfile.write(_sse(START) + b"event: content_block_delta\ndata: {\"ty")
         elif how == "sse-error":
             self.wfile.write(_sse(START, {"type": "error", "error": {"type": "overloaded_error", "message": "x"}}))
+        elif how == "late":  # a whole answer, a second late
+            time.sleep(1)
+            self.wfile.write(_sse(START, DELTA, STOP))
         elif how == "slow":  # more than any socket buffer holds, then cut: counted only if the client stayed
             self.wfile.write(_sse(START))
             try:
@@ -185,3 +188,21 @@ def test_a_client_that_hangs_up_is_not_an_api_failure(endpoint, tmp_path):
         time.sleep(1.5)  # the endpoint's slow answer ends meanwhile; the relay's writes fail
         _settle(relay)
     assert relay.failed_answers == 0 and relay.api_failed() is None
+
+
+def test_the_latest_request_decides_whatever_order_the_answers_end_in(endpoint, tmp_path):
+    """A good answer that ends after a later request's failure must not hide that failure (and the reverse holds
+    for a failure recorded before the CLI retried): answers are ordered by request, not by when they end."""
+    relay = Relay(endpoint, None, tmp_path)
+    with relay:
+        relay.prefix = "/late"
+        first = threading.Thread(target=_post, args=(relay, "late"))
+        first.start()
+        while relay.requests < 1:
+            time.sleep(0.01)
+        time.sleep(0.2)
+        relay.prefix = "/529"
+        _post(relay, "529")
+        first.join()
+        _settle(relay)
+    assert relay.failed_answers == 1 and relay.last_answer_failed is True and "HTTP 529" in relay.api_failed()

@@ -147,7 +147,8 @@ class Relay:
         self.failed_answers = 0
         self.last_failed_status: int | None = None  # HTTP status of the last failed answer (502: unreachable)
         self.last_failure: str | None = None  # what that answer was, for the error detail
-        self.last_answer_failed = False  # the answer relayed last was a failure: nothing good came after it
+        self.last_answer_failed = False  # the answer to the latest request failed: nothing good came after it
+        self._last_answered = self._last_failed = 0  # request numbers
 
     def __enter__(self) -> "Relay":
         self.socket_path.parent.mkdir(parents=True, exist_ok=True)
@@ -181,12 +182,19 @@ class Relay:
                 return None
             return f"the model endpoint failed {self.failed_answers} answer(s), the last one: {self.last_failure}"
 
-    def _answered(self, status: int, failure: str | None) -> None:
+    def _answered(self, number: int, status: int, failure: str | None) -> None:
+        """Record the answer to request `number`. The latest request decides `last_answer_failed`, in whatever order
+        answers end; the handler records a failure before the CLI can see it, a success once it is whole, so the
+        record is complete by the time the session ends."""
         with self._lock:
-            self.last_answer_failed = failure is not None
             if failure is not None:
                 self.failed_answers += 1
-                self.last_failed_status, self.last_failure = status, failure
+                if number >= self._last_failed:
+                    self._last_failed = number
+                    self.last_failed_status, self.last_failure = status, failure
+            if number >= self._last_answered:
+                self._last_answered = number
+                self.last_answer_failed = failure is not None
 
     def _begin(self) -> int:
         with self._lock:
@@ -249,12 +257,15 @@ class _Handler(BaseHTTPRequestHandler):
         except (OSError, http.client.HTTPException) as e:
             conn.close()
             relay._end(number)
-            relay._answered(502, f"HTTP 502: the relay could not reach the endpoint ({type(e).__name__})")
+            relay._answered(number, 502, f"HTTP 502: the relay could not reach the endpoint ({type(e).__name__})")
             return self._refuse(502, f"model endpoint unreachable: {type(e).__name__}")
         streaming = "event-stream" in (upstream.getheader("content-type") or "")
         meter = _Meter(relay, streaming)
         counting = parts.path == "/v1/messages" and upstream.status == 200
         failure = f"HTTP {upstream.status}" if failed_status(upstream.status) else None
+        recorded = failure is not None
+        if recorded:  # before the CLI sees it: it may give up and end the session at once
+            relay._answered(number, upstream.status, failure)
         delivered = True  # False when the sandbox side hung up: then the answer says nothing about the endpoint
         try:
             self.send_response(upstream.status)
@@ -273,6 +284,9 @@ class _Handler(BaseHTTPRequestHandler):
                     break
                 if counting:
                     meter.feed(chunk)
+                    if meter.error and not recorded:
+                        failure, recorded = f"HTTP {upstream.status}, an error event {meter.error} in the stream", True
+                        relay._answered(number, upstream.status, failure)
                 self.wfile.write(chunk)
                 self.wfile.flush()
         except OSError:
@@ -280,15 +294,15 @@ class _Handler(BaseHTTPRequestHandler):
         finally:
             if counting:
                 meter.close()
-            if failure is None and delivered:
+            if failure is None and delivered:  # the CLI sees a cut answer only once this handler closes
                 if upstream.length:  # a body shorter than its content-length
                     failure = f"HTTP {upstream.status}, the endpoint's answer ended {upstream.length} bytes short"
                 elif counting and streaming and meter.error:
                     failure = f"HTTP {upstream.status}, an error event {meter.error} in the stream"
                 elif counting and streaming and not meter.stopped:
                     failure = f"HTTP {upstream.status}, the stream ended before message_stop"
-            if delivered or failure is not None:
-                relay._answered(upstream.status, failure)
+            if not recorded and (delivered or failure is not None):
+                relay._answered(number, upstream.status, failure)
             relay._end(number)
             conn.close()
             self.close_connection = True
