@@ -279,7 +279,7 @@ def run_cell(spec: CellSpec, *, credential: Credential | None = None,
     """Run one cell. A cell cancelled before it finished is a `cancelled` row (excluded).
 
     An exception before any session ran is the harness's (`infra-error`); after, reading what the agent left (its
-    names, depth, modes, special files) may be what failed, so it is a measured `workspace-error` at the cost run
+    names, depth, modes, kinds) may be what failed, so it is a measured `workspace-error` at the cost run
     up so far, unless the environment itself is broken (a missing tool). Removing the cell's directory comes after
     the row is measured and never changes it."""
     row, artifacts = _base_row(spec), {}
