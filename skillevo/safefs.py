@@ -10,7 +10,6 @@ from __future__ import annotations
 import errno
 import os
 import secrets
-import shutil
 import stat
 from collections.abc import Collection, Iterator, Mapping
 from pathlib import Path
