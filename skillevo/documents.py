@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, AnyStr
 
 import yaml
 
@@ -110,10 +110,12 @@ def load_json(path: str | Path, *, what: str, max_bytes: int = MAX_JSON_BYTES) -
     return parse_json(text, str(path))
 
 
-def jsonl_lines(text: str) -> list[str]:
-    """The lines of a JSONL file. Not splitlines(): JSON strings may hold U+2028 and friends unescaped."""
-    lines = text.split("\n")
-    if lines and lines[-1] == "":
+def jsonl_lines(text: AnyStr) -> list[AnyStr]:
+    """The lines of a JSONL file or stream, text or bytes. Only "\\n" ends a line, never splitlines()' other
+    breaks: JSON strings may hold U+2028, U+2029 and U+0085 unescaped (JSON.stringify writes them raw), so an agent
+    could otherwise cut one line in two."""
+    lines = text.split(b"\n" if isinstance(text, bytes) else "\n")
+    if lines and not lines[-1]:
         lines.pop()
     return lines
 

@@ -25,12 +25,24 @@ from skillevo.layout import candidate_arm
 from skillevo.schemas import load_schema, validate
 
 _ROW_DEFS = load_schema("result-row")["$defs"]
-# Faults of the harness: the run measured nothing about the skill, so it is excluded from the statistics.
-EXCLUDED_ERROR_KINDS = frozenset(_ROW_DEFS["excluded_error_kind"]["enum"])
+
+
+def _kinds(definition: Mapping[str, Any]) -> frozenset[str]:
+    """The error kinds a `$defs` entry of the row schema allows: its enum, or the union of its anyOf's."""
+    if "$ref" in definition:
+        return _kinds(_ROW_DEFS[definition["$ref"].removeprefix("#/$defs/")])
+    if "anyOf" in definition:
+        return frozenset().union(*(_kinds(d) for d in definition["anyOf"]))
+    return frozenset(definition["enum"])
+
+
+# What the harness can show the run did not cause (an API failure, its own fault, a stopped bench): excluded from
+# the statistics.
+EXCLUDED_ERROR_KINDS = _kinds(_ROW_DEFS["excluded_error_kind"])
 # the excluded kinds that say the API or the harness is down, not that one cell was unlucky or stopped
-SYSTEMIC_ERROR_KINDS = frozenset({"session-error", "infra-error"}) & EXCLUDED_ERROR_KINDS
-# Valid but unresolved measurements: they count, with the cost they ran up.
-MEASURED_ERROR_KINDS = frozenset(_ROW_DEFS["measured_error_kind"]["enum"])
+SYSTEMIC_ERROR_KINDS = _kinds(_ROW_DEFS["systemic_error_kind"])
+# Anything the agent's actions can cause: valid but unresolved measurements, with the cost they ran up.
+MEASURED_ERROR_KINDS = _kinds(_ROW_DEFS["measured_error_kind"])
 CHURN_FIELDS = ("diff_files", "diff_insertions", "diff_deletions")
 MEDIAN_FIELDS = ("cost_usd", *USAGE_FIELDS, "num_turns", "duration_s", "wall_s", *CHURN_FIELDS)
 # What a gate may decide on (params' gate.metric); each valid run's value is kept in its aggregate's samples so
@@ -185,7 +197,7 @@ def _result_events(data: bytes, where: str) -> dict[str, Any]:
     """The one account of a stored transcript's session: the CLI's `result` event, or the harness's
     `skillevo_stopped` event for a session stopped before the CLI could report (the tokens the relay counted)."""
     found = []
-    for number, line in enumerate(data.split(b"\n"), start=1):
+    for number, line in enumerate(documents.jsonl_lines(data), start=1):
         if line.strip():
             event = documents.parse_json(line, f"{where}:{number}")
             if isinstance(event, dict) and event.get("type") in ("result", STOPPED):

@@ -10,7 +10,6 @@ from __future__ import annotations
 import errno
 import os
 import secrets
-import shutil
 import stat
 from collections.abc import Collection, Iterator, Mapping
 from pathlib import Path
@@ -268,17 +267,95 @@ def write_atomic(path: str | Path, data: bytes, *, mode: int = 0o644) -> None:
 
 
 def remove_tree(path: str | Path) -> None:
-    """Remove a tree we wrote, read-only directories (frozen copies) included; links are removed, not followed."""
+    """Remove a tree the harness owns, whatever an agent left in it: read-only and mode-000 directories are made
+    ours again (chmod) before they are opened, files of any mode or kind are unlinked, links are removed and never
+    followed, and the walk holds directory fds (no path is too long) without recursion. OSError if something
+    still cannot be removed (a directory nested deeper than the fds this process may open)."""
     path = Path(path)
-    if not path.exists() and not path.is_symlink():
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
         return
-    if path.is_symlink() or not path.is_dir():
+    if not stat.S_ISDIR(st.st_mode):
         path.unlink()
         return
-    for dirpath, dirnames, _ in os.walk(path):
-        os.chmod(dirpath, 0o755)
-        dirnames[:] = [d for d in dirnames if not os.path.islink(os.path.join(dirpath, d))]
-    shutil.rmtree(path)
+    if stat.S_IMODE(st.st_mode) & 0o700 != 0o700:
+        os.chmod(path, 0o700)
+    top = os.open(path, DIR_FLAGS)
+    stack: list[tuple[int, list[str], str]] = [(top, os.listdir(top), "")]  # (dir fd, names left, its name)
+    try:
+        while stack:
+            fd, names, _ = stack[-1]
+            if not names:
+                _, _, name = stack.pop()
+                os.close(fd)
+                if stack:
+                    os.rmdir(name, dir_fd=stack[-1][0])
+                continue
+            name = names.pop()
+            try:
+                st = os.lstat(name, dir_fd=fd)
+            except FileNotFoundError:
+                continue
+            if not stat.S_ISDIR(st.st_mode):
+                os.unlink(name, dir_fd=fd)
+                continue
+            if stat.S_IMODE(st.st_mode) & 0o700 != 0o700:
+                os.chmod(name, 0o700, dir_fd=fd)  # a directory, not a link (lstat): nothing is followed
+            child = os.open(name, DIR_FLAGS, dir_fd=fd)
+            try:
+                stack.append((child, os.listdir(child), name))
+            except BaseException:
+                os.close(child)
+                raise
+    finally:
+        for fd, _, _ in stack:
+            os.close(fd)
+    os.rmdir(path)
+
+
+def allocated(root: str | Path) -> int:
+    """Bytes allocated on disk (st_blocks) to `root` and everything below it, links not followed, walked by directory
+    fd without recursion, so no path length hides a file; what vanishes or cannot be opened meanwhile is skipped."""
+    try:
+        top = os.open(root, DIR_FLAGS)
+    except OSError:
+        return 0
+    total = os.fstat(top).st_blocks * 512
+    stack: list[tuple[int, Iterator[os.DirEntry]]] = []
+    try:
+        stack.append((top, os.scandir(top)))
+    except OSError:
+        os.close(top)
+        return total
+    try:
+        while stack:
+            fd, entries = stack[-1]
+            try:
+                entry = next(entries, None)
+            except OSError:
+                entry = None
+            if entry is None:
+                stack.pop()
+                entries.close()
+                os.close(fd)
+                continue
+            try:
+                st = entry.stat(follow_symlinks=False)
+                total += st.st_blocks * 512
+                if stat.S_ISDIR(st.st_mode):
+                    child = os.open(entry.name, DIR_FLAGS, dir_fd=fd)
+                    try:
+                        stack.append((child, os.scandir(child)))
+                    except OSError:
+                        os.close(child)
+            except OSError:
+                continue
+    finally:
+        for fd, entries in stack:
+            entries.close()
+            os.close(fd)
+    return total
 
 
 def with_exec(mode: int) -> int:

@@ -47,12 +47,12 @@ def test_aggregate_counts_excluded_kinds_apart_and_medians_only_valid_runs():
         row("t", INCUMBENT, 4, cost_usd=None, error_kind="session-error"),
         row("t", INCUMBENT, 5, cost_usd=50.0, error_kind="infra-error", wall_s=999.0),
         row("t", INCUMBENT, 6, cost_usd=50.0, error_kind="evidence-unverified"),
-        row("t", INCUMBENT, 7, cost_usd=50.0, error_kind="cleanup-failure", resolved=True),
+        row("t", INCUMBENT, 7, cost_usd=50.0, error_kind="cancelled", resolved=True),
     ]
     cell = aggregate(rows, {"t": "trivial"}, [INCUMBENT])[("t", INCUMBENT)]
     assert (cell["runs"], cell["valid_runs"], cell["excluded_runs"], cell["resolved"]) == (7, 3, 4, 1)
     assert cell["error_kinds"] == {
-        "cleanup-failure": 1, "evidence-unverified": 1, "infra-error": 1, "session-error": 1,
+        "cancelled": 1, "evidence-unverified": 1, "infra-error": 1, "session-error": 1,
         "skill-not-invoked": 1, "verify-failed": 1,
     }
     assert cell["cost_usd"] == 2.0  # median of 1, 3, 2: the unmeasured and the 50s are excluded runs

@@ -17,7 +17,7 @@ from tests.gate_rows import CANDIDATE, INCUMBENT, freeze, row, sides
 NOW = datetime(2025, 3, 1, tzinfo=timezone.utc)
 PROPERTY = settings(max_examples=150, deadline=None, derandomize=True, database=None)
 # Half the benches are clean (every run resolved and measured), so promotions are common enough to bite.
-KINDS = [None] * 6 + ["verify-failed", "oracle-failed", "skill-not-invoked", "session-error", "cleanup-failure"]
+KINDS = [None] * 6 + ["verify-failed", "oracle-failed", "skill-not-invoked", "session-error", "cancelled"]
 COSTS = [0.7, 0.8, 0.9, 1.0, 1.0, 1.1, 1.3]
 
 

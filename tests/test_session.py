@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from skillevo import models
+from skillevo import models, sandbox
 from skillevo.agent import SessionSpec, run_session
 from skillevo.models import API_KEY_ENV, Credential
 from skillevo.results import read_artifact
@@ -106,3 +106,45 @@ def test_wrong_credential_is_refused_upstream(book, workspace, tmp_path):
         record = run_session(_spec(workspace, tmp_path, sim.url()))
     assert record["error_kind"] == "session-error"
     assert "401" in record["error_detail"] or "authentication" in record["error_detail"].lower()
+
+
+def test_a_cli_error_result_without_an_api_failure_is_a_measured_failure(book, workspace, tmp_path):
+    """Max turns: every answer of the endpoint was good, so the failure is the session's own, at the CLI's cost."""
+    with Simulator(book, api_key=PLANTED_KEY) as sim:
+        record = run_session(_spec(workspace, tmp_path, sim.url(), max_turns=2))
+    validate(record, "session-record.schema.json", "record")
+    assert record["error_kind"] == "session-failed", record["error_detail"]
+    assert "error_max_turns" in record["error_detail"] and "no failed answer" in record["error_detail"]
+    assert record["cost_usd"] == _result_event(record, tmp_path)["total_cost_usd"] > 0
+
+
+@pytest.mark.parametrize("mode", ["overloaded", "hang"])
+def test_an_api_fault_is_excluded_but_keeps_what_it_spent(book, workspace, tmp_path, mode):
+    """The relay saw the endpoint fail (the last answer, or a request left unanswered): excluded, and the
+    transcript still says what the session cost, so the side's total counts it."""
+    with Simulator(book, api_key=PLANTED_KEY) as sim:
+        record = run_session(_spec(workspace, tmp_path, sim.url(mode), timeout_s=10 if mode == "hang" else 60))
+    assert record["error_kind"] == "session-error"
+    assert ("HTTP 529" if mode == "overloaded" else "had not answered") in record["error_detail"]
+    data = read_artifact(record["transcript"], tmp_path / "transcripts")
+    accounts = [e for e in map(json.loads, data.splitlines()) if e["type"] in ("result", "skillevo_stopped")]
+    assert len(accounts) == 1 and accounts[0]["total_cost_usd"] == record["cost_usd"] is not None
+
+
+@pytest.mark.parametrize("after_agent, kind", [(False, "infra-error"), (True, "session-failed")])
+def test_a_sandbox_that_will_not_start_is_the_hosts_fault_only_before_any_agent_ran(
+        book, workspace, tmp_path, monkeypatch, after_agent, kind):
+    """A spawn failure is simulated (the real errno from Popen): in a cell's first session nothing of an agent has
+    run; in a later one the previous agent ran on this host and may have exhausted what a start needs."""
+    def cannot_spawn(spec, argv, **kwargs):
+        return sandbox.Finished("spawn-failure", None, b"", False, b"[Errno 11] Resource temporarily unavailable", 0.0)
+
+    monkeypatch.setattr(sandbox, "run", cannot_spawn)
+    with Simulator(book, api_key=PLANTED_KEY) as sim:
+        record = run_session(_spec(workspace, tmp_path, sim.url(), after_agent=after_agent))
+    validate(record, "session-record.schema.json", "record")
+    assert record["error_kind"] == kind and "Resource temporarily unavailable" in record["error_detail"]
+    if after_agent:  # measured: a transcript with the relay's count (nothing), so the row's cost stays measured
+        assert record["cost_usd"] == 0.0 and record["transcript"] is not None
+    else:
+        assert record["transcript"] is None

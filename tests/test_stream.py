@@ -91,3 +91,32 @@ def test_transcript_whose_digest_does_not_match_is_refused(tmp_path):
         read_artifact(meta, tmp_path)
     with pytest.raises(ArtifactMismatch, match="does not match"):
         read_artifact({**meta, "bytes": meta["bytes"] + 1}, tmp_path)
+
+
+@pytest.mark.parametrize("char", ["\u2028", "\u2029", "\x85"])
+def test_line_breaks_other_than_newline_inside_a_string_do_not_cut_a_line(char):
+    """JSON.stringify writes U+2028, U+2029 and U+0085 raw inside strings, so a tool result carrying one reaches the
+    stream unescaped; str.splitlines() cut the line there, and an agent could make its own stream unreadable."""
+    text = f"before{char}after\x0b\x0c\x1c\r"  # control characters arrive escaped, as JSON requires
+    events = _events(extra=[{"type": "user", "message": {"content": [
+        {"type": "tool_result", "tool_use_id": "t1", "content": text}]}}])
+    raw = "\n".join(json.dumps(e, ensure_ascii=False) for e in events).encode()
+    assert char.encode() in raw and len(raw.decode().splitlines()) == len(events) + 1  # what splitlines() saw
+    parsed = stream.parse(raw)
+    assert parsed.succeeded and parsed.events[3]["message"]["content"][0]["content"] == text
+    assert [e["type"] for e in stream.partial(raw)] == ["system", "assistant", "user", "user"]
+
+
+def test_a_line_nested_too_deep_is_a_stream_error_not_a_crash():
+    deep = '{"type": "assistant", "message": ' + "[" * 100_000 + "]" * 100_000 + "}"
+    raw = _raw(_events()[:2]) + b"\n" + deep.encode() + b"\n" + _raw(_events()[2:])
+    with pytest.raises(stream.StreamError, match="line 3 is nested too deep"):
+        stream.parse(raw)
+    assert [e["type"] for e in stream.partial(raw)] == ["system", "assistant", "user"]  # and no result: see below
+
+
+def test_partial_drops_result_events_so_the_harness_account_is_the_only_one():
+    """A stream refused for two results (or a cut one) must not leave a CLI result beside the stopped event: the
+    stored transcript holds exactly one account (results.transcript_totals)."""
+    raw = _raw(_events() + [_events()[-1]]) + b'\n{"type": "skillevo_stopped", "usage": {}}\n{"type": "assis'
+    assert [e["type"] for e in stream.partial(raw)] == ["system", "assistant", "user"]

@@ -1,7 +1,8 @@
 """Strict parsing of the CLI's stream-json output into measured facts.
 
-Anything unexpected is an error, never a default: a session whose evidence cannot be read is not a
-measurement. Cost that the CLI did not report stays None ("unmeasured"), never 0.
+Anything unexpected is an error, never a default: a stream that cannot be read whole is never taken as the CLI's
+account (the session then keeps what the relay counted, skillevo.agent.session). Lines end at "\n" only, the
+rule of skillevo.documents.jsonl_lines. Cost that the CLI did not report stays None ("unmeasured"), never 0.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
+from skillevo import documents
 from skillevo.errors import BadInput
 from skillevo.events import STOPPED, USAGE_FIELDS
 
@@ -70,16 +72,27 @@ def _cost(value: Any) -> float | None:
     return float(value)
 
 
+def _event(line: str) -> Any:
+    """One stream line as JSON; StreamError for anything else, a line nested too deep to parse included."""
+    try:
+        return json.loads(line, parse_constant=_reject_constant)
+    except json.JSONDecodeError as e:
+        raise StreamError(f"is not JSON: {e.msg}") from None
+    except RecursionError:
+        raise StreamError("is nested too deep to parse") from None
+
+
 def partial(stdout: bytes) -> list[dict[str, Any]]:
-    """The well-formed events of a stream cut short (a stopped session): every line that is a JSON object with a
-    type, in order; the cut last line and anything else is dropped."""
+    """The well-formed events of a stream the harness could not take whole (stopped, cut, refused): every line that
+    is a JSON object with a type, in order. The cut last line, anything else, and any `result` or stopped event are
+    dropped: the harness's stopped event is then the session's one account (results.transcript_totals)."""
     events = []
-    for line in stdout.decode("utf-8", errors="replace").splitlines():
+    for line in documents.jsonl_lines(stdout.decode("utf-8", errors="replace")):
         try:
-            event = json.loads(line, parse_constant=_reject_constant)
-        except (ValueError, StreamError):
+            event = _event(line)
+        except StreamError:
             continue
-        if isinstance(event, dict) and isinstance(event.get("type"), str) and event["type"] != STOPPED:
+        if isinstance(event, dict) and isinstance(event.get("type"), str) and event["type"] not in ("result", STOPPED):
             events.append(event)
     return events
 
@@ -90,13 +103,13 @@ def parse(stdout: bytes) -> Parsed:
     except UnicodeDecodeError as e:
         raise StreamError(f"stream is not UTF-8 at byte {e.start}") from None
     events: list[dict[str, Any]] = []
-    for n, line in enumerate(text.splitlines(), 1):
+    for n, line in enumerate(documents.jsonl_lines(text), 1):
         if not line.strip():
             continue
         try:
-            event = json.loads(line, parse_constant=_reject_constant)
-        except json.JSONDecodeError as e:
-            raise StreamError(f"line {n} is not JSON: {e.msg}") from None
+            event = _event(line)
+        except StreamError as e:
+            raise StreamError(f"line {n} {e}") from None
         if not isinstance(event, dict) or not isinstance(event.get("type"), str):
             raise StreamError(f"line {n} is not a JSON object with a type")
         events.append(event)

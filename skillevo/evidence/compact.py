@@ -19,7 +19,7 @@ ELIDE_STRING_CHARS = 4096  # in an over-long transcript, longer strings keep onl
 def redact_jsonl(data: bytes, secrets: tuple[str, ...]) -> bytes:
     """Each event parsed, redacted and re-rendered canonically; BadInput if a line is not JSON."""
     out = []
-    for number, line in enumerate(data.split(b"\n"), start=1):
+    for number, line in enumerate(documents.jsonl_lines(data), start=1):
         if not line.strip():
             continue
         event = documents.parse_json(line, f"line {number}")
@@ -52,7 +52,7 @@ def compact_jsonl(data: bytes, limit: int) -> tuple[bytes, int]:
     if len(data) <= limit:
         return data, 0
     events = [canonical_json(_elide(documents.parse_json(line, "transcript"))) + b"\n"
-              for line in data.split(b"\n") if line.strip()]
+              for line in documents.jsonl_lines(data) if line.strip()]
     size, kept = len(compaction_marker(len(data))), []
     for event in reversed(events):
         if size + len(event) > limit:

@@ -146,7 +146,7 @@ def load_learnings(path: str | Path, skills: Iterable[str], limit: int) -> tuple
     path = Path(path)
     data = safefs.read_file(path, max_bytes=MAX_SOURCE_BYTES, what="learnings")
     wanted, picked = set(skills), []
-    for number, line in enumerate(safefs.decode(data, str(path), "learnings").split("\n"), start=1):
+    for number, line in enumerate(documents.jsonl_lines(safefs.decode(data, str(path), "learnings")), start=1):
         if not line.strip():
             continue
         where = f"{path}:{number}"

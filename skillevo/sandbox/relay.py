@@ -4,6 +4,10 @@ Inside the sandbox the CLI talks plain HTTP to a loopback port that socat forwar
 bound in from the host. On the host this relay accepts only the Messages API paths, replaces whatever
 credential the CLI sent (a placeholder) with the real one, and forwards to the endpoint. The real key
 therefore never exists inside the sandbox: not in an environment, a file, or /proc.
+
+It also keeps the harness's own account of the session, which nothing in the sandbox can write: the tokens the
+endpoint billed, and which answers failed on the endpoint's side (Relay.api_failed), so that a session is excluded
+as the API's fault only when the relay saw it (docs/formats.md, the missing-data rule).
 """
 
 from __future__ import annotations
@@ -28,6 +32,16 @@ _HOP_HEADERS = {"connection", "keep-alive", "proxy-connection", "transfer-encodi
 
 
 MAX_LINE = 1 << 20
+# Upstream answers that show the API failed, never the agent: the credential is the harness's (401, 403), and rate
+# limits, server errors and overload (429, 5xx, 529) are the endpoint's; SSE `error` events carry the same types.
+# Other 4xx (a request too large, a prompt too long) are left out: an agent can cause those.
+FAILED_STATUSES = frozenset({401, 403, 429})
+FAILED_ERROR_TYPES = frozenset({"authentication_error", "permission_error", "rate_limit_error", "api_error",
+                                "overloaded_error"})
+
+
+def failed_status(status: int) -> bool:
+    return status in FAILED_STATUSES or status >= 500
 
 
 class _Meter:
@@ -38,6 +52,8 @@ class _Meter:
         self.relay, self.streaming = relay, streaming
         self.buffer = bytearray()
         self.usage = dict.fromkeys(USAGE_FIELDS, 0)
+        self.stopped = False  # the stream's message_stop arrived: the answer is whole
+        self.error: str | None = None  # an SSE error event of a type in FAILED_ERROR_TYPES
 
     def feed(self, chunk: bytes) -> None:
         self.buffer += chunk
@@ -59,6 +75,12 @@ class _Meter:
             return
         if event.get("type") == "message_start" and isinstance(event.get("message"), dict):
             self._message(event["message"])
+        elif event.get("type") == "message_stop":
+            self.stopped = True
+        elif event.get("type") == "error" and isinstance(event.get("error"), dict):
+            kind = event["error"].get("type")
+            if kind in FAILED_ERROR_TYPES:
+                self.error = kind
         elif event.get("type") == "message_delta" and isinstance(event.get("usage"), dict):
             self._count(event["usage"], only=("output_tokens",))  # cumulative for the message: the last one wins
 
@@ -77,6 +99,8 @@ class _Meter:
     def close(self) -> None:
         if not self.streaming:
             self._json()
+        elif self.buffer.startswith(b"data:"):  # a last event without its newline
+            self._event(bytes(self.buffer[5:]))
         with self.relay._lock:
             for field, value in self.usage.items():
                 self.relay.usage[field] += value
@@ -119,6 +143,12 @@ class Relay:
         self._pending: dict[int, float] = {}  # request number -> when it was sent upstream
         self.usage = dict.fromkeys(USAGE_FIELDS, 0)  # what the endpoint billed this session, summed
         self.models: set[str] = set()  # the model ids it said it served
+        # What the endpoint did wrong this session: the harness's evidence that the API, not the agent, failed.
+        self.failed_answers = 0
+        self.last_failed_status: int | None = None  # HTTP status of the last failed answer (502: unreachable)
+        self.last_failure: str | None = None  # what that answer was, for the error detail
+        self.last_answer_failed = False  # the answer to the latest request failed: nothing good came after it
+        self._last_answered = self._last_failed = 0  # request numbers
 
     def __enter__(self) -> "Relay":
         self.socket_path.parent.mkdir(parents=True, exist_ok=True)
@@ -143,6 +173,28 @@ class Relay:
         with self._lock:
             oldest = min(self._pending.values(), default=None)
         return 0.0 if oldest is None else time.monotonic() - oldest
+
+    def api_failed(self) -> str | None:
+        """Why the API, not the session, is to blame for how the session ended, or None: the last answer the endpoint
+        gave was a failure (an earlier failure the CLI retried past shows nothing about how the session ended)."""
+        with self._lock:
+            if not self.last_answer_failed:
+                return None
+            return f"the model endpoint failed {self.failed_answers} answer(s), the last one: {self.last_failure}"
+
+    def _answered(self, number: int, status: int, failure: str | None) -> None:
+        """Record the answer to request `number`. The latest request decides `last_answer_failed`, in whatever order
+        answers end; the handler records a failure before the CLI can see it, a success once it is whole, so the
+        record is complete by the time the session ends."""
+        with self._lock:
+            if failure is not None:
+                self.failed_answers += 1
+                if number >= self._last_failed:
+                    self._last_failed = number
+                    self.last_failed_status, self.last_failure = status, failure
+            if number >= self._last_answered:
+                self._last_answered = number
+                self.last_answer_failed = failure is not None
 
     def _begin(self) -> int:
         with self._lock:
@@ -202,12 +254,19 @@ class _Handler(BaseHTTPRequestHandler):
         try:
             conn.request("POST", path, body=body, headers=headers)
             upstream = conn.getresponse()
-        except OSError as e:
+        except (OSError, http.client.HTTPException) as e:
             conn.close()
             relay._end(number)
+            relay._answered(number, 502, f"HTTP 502: the relay could not reach the endpoint ({type(e).__name__})")
             return self._refuse(502, f"model endpoint unreachable: {type(e).__name__}")
-        meter = _Meter(relay, "event-stream" in (upstream.getheader("content-type") or ""))
+        streaming = "event-stream" in (upstream.getheader("content-type") or "")
+        meter = _Meter(relay, streaming)
         counting = parts.path == "/v1/messages" and upstream.status == 200
+        failure = f"HTTP {upstream.status}" if failed_status(upstream.status) else None
+        recorded = failure is not None
+        if recorded:  # before the CLI sees it: it may give up and end the session at once
+            relay._answered(number, upstream.status, failure)
+        delivered = True  # False when the sandbox side hung up: then the answer says nothing about the endpoint
         try:
             self.send_response(upstream.status)
             for key, value in upstream.getheaders():
@@ -215,16 +274,35 @@ class _Handler(BaseHTTPRequestHandler):
                     self.send_header(key, value)
             self.send_header("connection", "close")
             self.end_headers()
-            while chunk := upstream.read1(65536):
+            while True:
+                try:
+                    chunk = upstream.read1(65536)
+                except (OSError, http.client.HTTPException) as e:
+                    failure = failure or f"HTTP {upstream.status}, the endpoint broke off ({type(e).__name__})"
+                    break
+                if not chunk:
+                    break
                 if counting:
                     meter.feed(chunk)
+                    if meter.error and not recorded:
+                        failure, recorded = f"HTTP {upstream.status}, an error event {meter.error} in the stream", True
+                        relay._answered(number, upstream.status, failure)
                 self.wfile.write(chunk)
                 self.wfile.flush()
         except OSError:
-            pass  # either side went away; the CLI sees a broken stream and reports it
+            delivered = False  # the CLI went away; it sees a broken stream and reports it
         finally:
             if counting:
                 meter.close()
+            if failure is None and delivered:  # the CLI sees a cut answer only once this handler closes
+                if upstream.length:  # a body shorter than its content-length
+                    failure = f"HTTP {upstream.status}, the endpoint's answer ended {upstream.length} bytes short"
+                elif counting and streaming and meter.error:
+                    failure = f"HTTP {upstream.status}, an error event {meter.error} in the stream"
+                elif counting and streaming and not meter.stopped:
+                    failure = f"HTTP {upstream.status}, the stream ended before message_stop"
+            if not recorded and (delivered or failure is not None):
+                relay._answered(number, upstream.status, failure)
             relay._end(number)
             conn.close()
             self.close_connection = True

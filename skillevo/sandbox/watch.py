@@ -19,6 +19,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from skillevo.limits import Limits
+from skillevo.safefs import allocated  # by directory fd: a flood hidden past PATH_MAX still counts
 
 _PAGE = os.sysconf("SC_PAGE_SIZE")
 _TICK = os.sysconf("SC_CLK_TCK")
@@ -89,27 +90,12 @@ def _usage(pid: int) -> tuple[int, float] | None:
     return private, ticks / _TICK
 
 
-def _allocated(root: Path) -> int:
-    total, stack = 0, [str(root)]
-    while stack:
-        try:
-            with os.scandir(stack.pop()) as entries:
-                for entry in entries:
-                    st = entry.stat(follow_symlinks=False)
-                    total += st.st_blocks * 512
-                    if entry.is_dir(follow_symlinks=False):
-                        stack.append(entry.path)
-        except OSError:
-            continue  # a directory that went away while we looked
-    return total
-
-
 class Watch:
     """Which limit the sandbox crossed first, if any; `init` is the PID of its namespace's first process."""
 
     def __init__(self, limits: Limits, init: Callable[[], int | None], workspace: Path | None) -> None:
         self.limits, self._init, self.workspace = limits, init, workspace
-        self._baseline = _allocated(workspace) if workspace is not None else 0
+        self._baseline = allocated(workspace) if workspace is not None else 0
         self._next_proc = self._next_disk = 0.0
         self.crossed: str | None = None
 
@@ -121,7 +107,7 @@ class Watch:
                 self.crossed = self._check_processes()
             if self.crossed is None and self.workspace is not None and now >= self._next_disk:
                 self._next_disk = now + DISK_POLL_S
-                grown = _allocated(self.workspace) - self._baseline
+                grown = allocated(self.workspace) - self._baseline
                 if grown > self.limits.disk_mb << 20:
                     self.crossed = (f"disk: the workspace grew by {grown >> 20} MB, over bench.limits.disk_mb "
                                     f"{self.limits.disk_mb}")
