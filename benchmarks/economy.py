@@ -6,14 +6,16 @@ the known-better one (tests/overlays/known-better: the wasteful instruction drop
 fresh clone of this checkout, per seed, three ways, all on the same tasks and the `auto` arm (every overlay is
 tested there; one session a cell keeps the benchmark short):
 
-- ours: the cell store (the incumbent side is paid in generation 1 and served afterwards) and sequential
-  candidate sampling (sampling.sequential, up to RUNS runs), judged by the stratified gate at the stopped
-  look's boundary;
-- fixed_rerun: no store, the incumbent re-measured every generation (a fresh replicate: new noise), the
-  candidate at a fixed number of runs chosen to give the same power as ours (computed with make gate-study's
-  model and the gate's own code: the smallest runs whose fixed-design power for a 20% saving at resolution 0.9
-  and CV 0.2 reaches the sequential design's), the same stratified gate;
-- seed-style, for reference: 3 runs, no reuse, the seed's rule (gate.policy: seed).
+- ours: the cell store (the incumbent side, sampling.incumbent_runs a cell, is paid in generation 1 and served
+  afterwards) and sequential candidate sampling (sampling.sequential, up to RUNS runs; each look runs the
+  candidate arm and its contemporaneous control), judged by the gate (per resolved task) at the stopped look's
+  boundary;
+- fixed_rerun: no store, the incumbent side re-measured every generation (a fresh replicate: new noise), the
+  candidate and its control at a fixed number of runs chosen to give the same power as ours (make gate-study's
+  model and the gate's own code: the smallest runs, at least gate.min_total_runs over the gate's tasks, whose
+  fixed-design power for a 20% saving at resolution 0.9 and CV 0.2 reaches the sequential design's), the same
+  gate;
+- seed-style, for reference: 3 runs, no reuse, the seed's rule (gate.policy: seed), beside its controls too.
 
 A promotion of a null candidate is a false promotion. The last line is
 `paid_sessions_per_decision=<ours>,<fixed_rerun> ratio=<x> false_promotions=<ours>,<fixed_rerun>`.
@@ -44,11 +46,9 @@ from skillevo.gate import build_promotion, load_freeze
 from skillevo.results import load_side
 
 ROOT = Path(__file__).resolve().parents[1]
-RUNS = 8  # ours: the most candidate runs per (task, arm); the incumbent side runs this many
-# Under realistic noise about 8% of runs fail for reasons the skill does not cause (mistakes the oracle catches,
-# skipped skills): 24 runs an arm cannot bound a resolution drop within the default 20 points, so both designs
-# here allow 30 (the CI smoke test widens it the same way).
-MAX_DROP = 30
+RUNS = 16  # ours: the most candidate runs per (task, arm): 3 gate tasks x 14 reach gate.min_total_runs 40
+INCUMBENT_RUNS = 5  # the incumbent side's runs per (task, arm): params.yaml's sampling.incumbent_runs
+GATE_TASKS = 3
 POWER_CELL = ("20% cheaper", 0.9, 0.2)  # the study model's nearest cell: p about 0.9, CV about 0.1-0.2
 WORK = "skills/work/SKILL.md"
 NULLS = (("- End with two or three sentences on what changed and why.",
@@ -67,15 +67,14 @@ def _null(clone: Path, n: int) -> Path:
     return out.parent
 
 
-def _params(clone: Path, seed: int, runs: int, *, sequential: bool, policy: str = "stratified",
+def _params(clone: Path, seed: int, runs: int, *, sequential: bool, policy: str = "per_resolved",
             replicate: int = 0) -> config.Params:
     doc = yaml.safe_load((clone / "params.yaml").read_text())
     doc["arms"] = {"auto": doc["arms"]["auto"]}
     doc["simulator"].update(noise="realistic", seed=seed)
-    doc["sampling"].update(runs=runs, replicate=replicate)
+    doc["sampling"].update(runs=runs, incumbent_runs=INCUMBENT_RUNS, replicate=replicate)
     doc["sampling"].setdefault("sequential", {})["enabled"] = sequential
-    doc["gate"].update(policy=policy, max_resolution_drop_pct=MAX_DROP)
-    doc["sampling"]["sequential"]["max_resolution_drop_pct"] = MAX_DROP
+    doc["gate"].update(policy=policy)
     (clone / "params.yaml").write_text(yaml.safe_dump(doc, sort_keys=False))
     return config.load(clone / "params.yaml")
 
@@ -100,18 +99,18 @@ def schedule(clone: Path, seed: int, way: str, runs: int) -> dict:
     for g, kind in enumerate(SCHEDULE, start=1):
         overlay = overlays[kind].pop(0)
         replicate = 0 if way == "ours" else g  # a re-run incumbent is a fresh measurement
-        p = _params(clone, seed, runs, sequential=way == "ours", policy="seed" if way == "seed-style" else "stratified",
-                    replicate=replicate)
+        p = _params(clone, seed, runs, sequential=way == "ours",
+                    policy="seed" if way == "seed-style" else "per_resolved", replicate=replicate)
         frozen = work / f"gen{g}/freeze"
         freeze(overlay, params=p, tasks_file=clone / "tasks/tasks.yaml", repo=clone, out=frozen, session=None)
         inc, cand = work / f"gen{g}/incumbent", work / f"gen{g}/candidate"
         start = _now()
-        incumbent = run_side(plan("incumbent", clone / "tasks/tasks.yaml", clone / "skills", None, p), p, inc,
-                             quiet=True, store=store)
+        run_side(plan("incumbent", clone / "tasks/tasks.yaml", clone / "skills", None, p), p, inc, quiet=True,
+                 store=store)
         paid += _paid(inc, start)
         start = _now()
         run_side(plan("candidate", clone / "tasks/tasks.yaml", clone / "skills", frozen / "overlay", p), p, cand,
-                 quiet=True, store=store, incumbent_rows=incumbent)
+                 quiet=True, store=store)
         paid += _paid(cand, start)
         promotion = build_promotion(load_side(inc, "incumbent"), load_side(cand, "candidate"),
                                     load_freeze(frozen / "manifest.json"), p.gate, now=datetime.now(timezone.utc))
@@ -126,17 +125,21 @@ def schedule(clone: Path, seed: int, way: str, runs: int) -> dict:
 
 
 def fixed_runs_for_equal_power(decisions: int = 600) -> tuple[int, float, dict[int, float]]:
-    """The fewest fixed-design runs whose power for a 20% saving (resolution 0.9, CV 0.2) reaches the sequential
-    design's at RUNS, both by make gate-study's model with the gate's own code and this benchmark's margins."""
+    """The fewest fixed-design runs, at least what gate.min_total_runs needs on the gate's 3 tasks, whose power for
+    a 20% saving (resolution 0.9, CV 0.2) reaches the sequential design's at RUNS, both by make gate-study's model
+    (4 tasks, its minimum scaled to them) with the gate's own code."""
     default = config.load(ROOT / "params.yaml")
-    policy = {**default.gate.to_dict(), "policy": "stratified", "max_resolution_drop_pct": MAX_DROP}
+    floor = -(-default.gate.min_total_runs // GATE_TASKS)
+    scaled = floor * len(gate_model.TASKS)  # the same runs per task on the model's 4 tasks
+    policy = {**default.gate.to_dict(), "policy": "per_resolved", "min_total_runs": scaled}
     plan = dataclasses.replace(default.sampling, sequential=dataclasses.replace(
-        default.sampling.sequential, max_resolution_drop_pct=MAX_DROP))
-    cell = gate_model.Cell(*POWER_CELL, RUNS)
+        default.sampling.sequential, min_total_runs=scaled))
+    name, p, cv = POWER_CELL
+    cell = gate_model.Cell(name, "interleaved", RUNS, p, cv)
     _, rates = gate_model.simulate_sequential((cell, decisions, policy, plan))
     powers = {}
-    for runs in range(3, RUNS + 1):
-        _, power, _ = gate_model.simulate((dataclasses.replace(cell, runs=runs), decisions, policy, policy))
+    for runs in range(floor, RUNS + 1):
+        _, (power,) = gate_model.simulate((dataclasses.replace(cell, runs=runs), decisions, (policy,)))
         powers[runs] = power
         if power >= rates.spending:
             return runs, rates.spending, powers

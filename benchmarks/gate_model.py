@@ -205,8 +205,8 @@ def _row(task: str, arm: str, run: int, resolved: bool, kind: str | None, cost: 
     return row
 
 
-def decide(rows: list[dict], policy: Policy, sequential: dict | None = None) -> str:
-    cells = aggregate(rows, dict.fromkeys(TASKS, "study"), [INCUMBENT, CANDIDATE])
+def decide(rows: list[dict], policy: Policy, sequential: dict | None = None, tasks=TASKS) -> str:
+    cells = aggregate(rows, dict.fromkeys(tasks, "study"), [INCUMBENT, CANDIDATE])
     return decide_arm(cells, policy, benchmark_model="skillevo-study", incumbent_arm=INCUMBENT,
                       candidate_arm=CANDIDATE, sequential=sequential)["decision"]
 

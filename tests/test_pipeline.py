@@ -69,18 +69,19 @@ def test_fresh_clone_make_demo_promotes_the_candidate_without_the_wasteful_line(
     assert "decision: promote" in demo["output"]
     order = re.findall(r"Running stage '([^']+)'", demo["output"])
     assert order == ["bench@incumbent", "preflight", "evidence", "propose", "freeze", "bench@candidate", "gate"]
-    assert "preflight: 5 runs on 3 gate task(s) detect an improvement of" in demo["output"]
+    assert "preflight: 14 runs per (task, arm) on 3 gate task(s) detect a saving per resolved task of" in demo["output"]
     promotion = json.loads((demo["clone"] / "results/gate/promotion.json").read_text())
     assert [d["decision"] for d in promotion["decisions"]] == ["promote", "promote"]
     assert promotion["backend"]["simulated"] is True
     frozen = (demo["clone"] / "results/freeze/overlay/work/SKILL.md").read_text()
     assert WASTEFUL not in frozen and WASTEFUL in (demo["clone"] / "skills/work/SKILL.md").read_text()
-    # incumbent: 4 tasks x 5 runs x 4 sessions (workflow 2, auto 1, baseline 1); candidate: the 3 gate tasks
-    # without the baseline (workflow 2, auto 1); 1 proposer
-    assert demo["sessions"] == 4 * 5 * 4 + 3 * 5 * 3 + 1
+    # incumbent: 4 tasks x 5 runs x 4 sessions (workflow 2, auto 1, baseline 1); candidate: the 3 gate tasks x 14
+    # runs, each candidate arm and its control (workflow 2 + 2, auto 1 + 1); 1 proposer
+    assert demo["sessions"] == 4 * 5 * 4 + 3 * 14 * 6 + 1
     report = (demo["clone"] / "results/gate/report.md").read_text()
-    assert re.search(r"candidate_workflow: promote\*\* — cost_usd \d+\.\d% cheaper \(92% interval \d+\.\d% to "
-                     r"\d+\.\d%", report), report[:600]
+    assert re.search(r"candidate_workflow: promote\*\* — cost_usd per resolved task \d+\.\d% cheaper \(92% interval "
+                     r"\d+\.\d% to \d+\.\d%", report), report[:600]
+    assert "What cheaper means" in report
 
 
 def test_make_plots_writes_a_page_that_renders_without_a_network(demo):
@@ -167,7 +168,7 @@ def test_a_bench_killed_with_its_stage_or_its_dvc_resumes_paying_for_no_finished
 
     clone = tmp_path / "clone"
     shutil.copytree(demo["clone"], clone, symlinks=True)
-    config.set_value(clone / "params.yaml", "sampling", "runs", 6)  # runs 1-5 are stored: only run 6 is new
+    config.set_value(clone / "params.yaml", "sampling", "incumbent_runs", 6)  # runs 1-5 are stored: run 6 is new
     before = _store_keys(clone)
     # under dash, the shell that does not exec a lone command: DVC runs stage commands with $SHELL
     proc = subprocess.Popen([DVC, "repro", "bench@incumbent"], cwd=clone, env=_env(SHELL="/bin/sh"),
@@ -201,10 +202,10 @@ def test_a_bench_killed_with_its_stage_or_its_dvc_resumes_paying_for_no_finished
     assert not list(side.parent.glob(".bench-incumbent.staging-*"))
     assert "bench@incumbent" not in run([DVC, "status"], clone)
     # make gc, then the configuration DVC recorded before: served by the run-cache, nothing runs or is paid
-    config.set_value(clone / "params.yaml", "sampling", "runs", 5)
+    config.set_value(clone / "params.yaml", "sampling", "incumbent_runs", 5)
     assert ran(run([DVC, "repro"], clone)) <= {"preflight"}
     assert "removed" in make(clone, "gc")
-    config.set_value(clone / "params.yaml", "sampling", "runs", 6)
+    config.set_value(clone / "params.yaml", "sampling", "incumbent_runs", 6)
     out = run([DVC, "repro", "bench@incumbent"], clone)
     assert ran(out) == set() and "Stage 'bench@incumbent' is cached" in out
 
@@ -319,8 +320,9 @@ def test_evolve_hands_every_rejection_on_leaves_dvc_clean_and_a_teammate_reprodu
     for rel in ("skills/work/SKILL.md", ".claude/skills/work/SKILL.md"):  # an incumbent the simulator cannot improve
         (clone / rel).write_text(better)
     doc = yaml.safe_load((clone / "params.yaml").read_text())
-    doc["sampling"]["runs"], doc["gate"]["min_runs"] = 1, 1  # mechanics, not statistics: keep CI short
-    doc["arms"] = {"workflow": doc["arms"]["workflow"]}  # one arm and one gate task: 17 sessions in all, not 46
+    doc["sampling"].update(runs=1, incumbent_runs=1)  # mechanics, not statistics: keep CI short
+    doc["gate"]["min_runs"] = 1
+    doc["arms"] = {"workflow": doc["arms"]["workflow"]}  # one arm and one gate task
     doc["tasks"]["gate"], doc["tasks"]["evidence"] = doc["tasks"]["gate"][:1], [*doc["tasks"]["gate"][1:],
                                                                               *doc["tasks"]["evidence"]]
     (clone / "params.yaml").write_text(yaml.safe_dump(doc, sort_keys=False))
@@ -375,9 +377,17 @@ def test_evolve_hands_every_rejection_on_leaves_dvc_clean_and_a_teammate_reprodu
     shutil.rmtree(clone / "results")
 
 
-def test_evolve_confirms_a_promotion_with_a_fresh_replicate_before_it_is_final(demo, tmp_path):
-    clone = tmp_path / "clone"
-    shutil.copytree(demo["clone"], clone, symlinks=True)
+def test_evolve_confirms_a_promotion_with_a_fresh_replicate_before_it_is_final(tmp_path):
+    clone = clone_of_head(tmp_path / "clone")
+    doc = yaml.safe_load((clone / "params.yaml").read_text())
+    # mechanics, not statistics: one gate task of 10 runs, and a gate told that 10 runs an arm are enough
+    doc["sampling"].update(runs=10, incumbent_runs=2)
+    doc["gate"].update(min_total_runs=10, max_resolution_drop_pct=30)
+    doc["sampling"]["sequential"].update(min_total_runs=10, max_resolution_drop_pct=30)
+    doc["tasks"]["gate"], doc["tasks"]["evidence"] = doc["tasks"]["gate"][:1], [*doc["tasks"]["gate"][1:],
+                                                                              *doc["tasks"]["evidence"]]
+    (clone / "params.yaml").write_text(yaml.safe_dump(doc, sort_keys=False))
+    run(["git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qam", "a small confirmation"], clone)
     out = make(clone, "evolve", "GENERATIONS=1", "NOISE=demo")
     assert "confirming: sampling.replicate 0 -> 1, both sides measured afresh" in out
     assert "promoted in generation 1, confirmed by replicate 1" in out
@@ -411,7 +421,9 @@ def test_a_null_candidate_under_realistic_noise_is_not_promoted_and_rows_follow_
         (clone / rel).write_text(better)
     config.set_value(clone / "params.yaml", "simulator", "noise", "realistic")
     config.set_value(clone / "params.yaml", "sampling", "runs", 3)  # CI time: 9 runs an arm on the gate's tasks,
-    config.set_value(clone / "params.yaml", "gate", "max_resolution_drop_pct", 40)  # which bound a drop within 40
+    config.set_value(clone / "params.yaml", "sampling", "incumbent_runs", 3)
+    config.set_value(clone / "params.yaml", "gate", "max_resolution_drop_pct", 40)  # which bound a drop within 40,
+    config.set_value(clone / "params.yaml", "gate", "min_total_runs", 9)  # and which the cost test is allowed
     run(["git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qam", "a null candidate, real noise"], clone)
     out = make(clone, "demo")
     assert "a line that steers no measured behaviour" in (clone / "results/proposal/proposal.md").read_text()
