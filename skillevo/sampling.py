@@ -43,13 +43,13 @@ def looks(plan: SamplingParams) -> tuple[int, ...]:
     return (*range(seq.first, plan.runs, seq.batch), plan.runs)
 
 
-def interim(incumbent_rows: Iterable[Mapping[str, Any]], candidate_rows: Iterable[Mapping[str, Any]],
+def interim(control_rows: Iterable[Mapping[str, Any]], candidate_rows: Iterable[Mapping[str, Any]],
             pairs: Mapping[str, str], look: int, plan: SamplingParams) -> Interim:
     """Whether the candidate side stops after `look` (1-based, of `looks(plan)`), from every row so far.
 
-    The bench calls it after each look with the incumbent side's rows (all `sampling.runs` of them; evidence
-    tasks are ignored: only tasks with candidate rows count), the candidate side's rows up to this look, and
-    `pairs` (candidate arm -> incumbent arm, skillevo.arms), then runs `batch` more candidate runs per cell on
+    The bench calls it after each look with its controls' rows so far (the incumbent arms measured beside the
+    candidate, docs/gate.md; tasks without candidate rows are ignored), its candidate arms' rows up to this look,
+    and `pairs` (candidate arm -> incumbent arm, skillevo.arms), then runs `batch` more runs per cell of both on
     continue, or stops and writes `record(plan, look, action)` as bench.json's `sequential`. At the last look
     the side stops whatever the action (continue is recorded as "max").
 
@@ -74,7 +74,7 @@ def interim(incumbent_rows: Iterable[Mapping[str, Any]], candidate_rows: Iterabl
     if not 1 <= look <= len(planned):
         raise BadInput(f"interim: look {look} is not one of the {len(planned)} planned looks {list(planned)} "
                        "(rule: planned looks)")
-    candidate_rows, incumbent_rows = list(candidate_rows), list(incumbent_rows)
+    candidate_rows, incumbent_rows = list(candidate_rows), list(control_rows)
     runs, last = planned[look - 1], look == len(planned)
     past = [row for row in candidate_rows if row["run"] > runs]
     if past:
