@@ -48,6 +48,13 @@ class Profile:
     warm_rate: float = 0.0  # P(a cache window finds the shared tools-and-system prefix already cached)
     window: int = 0  # consecutive slots of a moment's schedule that share one cache state (0: no clustering)
 
+    @property
+    def draws(self) -> bool:
+        """Whether anything is drawn at all; a playbook's effects (retry loops, give-ups) fire only then, so `none`
+        stays exact whatever a skill says."""
+        return any((self.verbosity_sigma, self.extra_calls_mean, self.mistake_rate, self.skip_skill_rate,
+                    self.overload_rate, self.drift_sigma, self.warm_rate))
+
 
 NONE = Profile("none", verbosity_sigma=0.0, narration_chars=0, extra_calls_mean=0.0, mistake_rate=0.0,
                skip_skill_rate=0.0, overload_rate=0.0)
@@ -165,13 +172,14 @@ def parse_route(path: str) -> Route:
 
 @dataclass(frozen=True)
 class SessionNoise:
-    """The draws of one session. Behaviour (prose, extra calls, a mistake, a skipped skill) is fixed per session;
-    overloads are drawn per request attempt; drift and cache windows per moment."""
+    """The draws of one session. Behaviour (prose, extra calls, a mistake, a skipped skill, a playbook effect) is
+    fixed per session; overloads are drawn per request attempt; drift and cache windows per moment."""
 
     profile: Profile
     parts: tuple[object, ...]  # (seed, replicate, cell key[, moment key]): what every draw of this session starts from
     moment: str | None = None  # the measuring moment's key, when the route names one
     slot: int | None = None  # the cell's place in the moment's schedule, when the route names one
+    spread: float = 1.0  # a skill's `spread` effect: the factor on this session's spread (agent.affected)
 
     def _draw(self, what: str, *index: object) -> tuple[object, ...]:
         return (*self.parts, what, *index)
@@ -196,7 +204,7 @@ class SessionNoise:
 
     @property
     def verbosity(self) -> float:
-        return lognormal(self.profile.verbosity_sigma, *self._draw("verbosity"))
+        return lognormal(self.profile.verbosity_sigma * self.spread, *self._draw("verbosity"))
 
     @property
     def narration_chars(self) -> int:
@@ -212,15 +220,31 @@ class SessionNoise:
 
     @property
     def extra_calls(self) -> int:
-        """Poisson around the profile's mean, drifted at a moment."""
-        return poisson(self.profile.extra_calls_mean * self.drift, *self._draw("extra-calls"))
+        """Poisson around the drifted mean m. A spread f > 1 mixes m with a lognormal factor (mean 1) whose variance
+        makes the count's sd f times the Poisson's, sqrt(m), and keeps its mean m."""
+        mean = self.profile.extra_calls_mean * self.drift
+        if self.spread > 1 and mean > 0:
+            mean *= lognormal(math.sqrt(math.log1p((self.spread ** 2 - 1) / mean)), *self._draw("extra-spread"))
+        return poisson(mean, *self._draw("extra-calls"))
 
-    def pick(self, what: str, i: int, n: int) -> int:
+    def pick(self, what: str, i: object, n: int) -> int:
         """A uniform choice among n things (where extra call i goes, which file it looks at, how)."""
         return min(n - 1, int(uniform(*self._draw(what, i)) * n)) if n > 0 else 0
 
     def overloaded(self, request: int, attempt: int) -> bool:
         return bernoulli(self.profile.overload_rate, *self._draw("overload", request, attempt))
+
+    def gives_up(self, instruction: str, rate: float) -> bool:
+        """A `give_up` effect of `instruction`: whether this session stops at once; never under a profile that
+        draws nothing."""
+        return self.profile.draws and bernoulli(rate, *self._draw("give-up", instruction))
+
+    def retry_repeats(self, instruction: str, rate: float, lo: int, hi: int) -> int:
+        """A `retry_loop` effect of `instruction`: how many times this session repeats its reading and
+        verification (lo..hi, uniform) when it gets stuck, at `rate`; 0 under a profile that draws nothing."""
+        if not (self.profile.draws and bernoulli(rate, *self._draw("retry-loop", instruction))):
+            return 0
+        return lo + self.pick("retry-repeats", instruction, hi - lo + 1)
 
 
 @dataclass(frozen=True)
