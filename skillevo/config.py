@@ -83,7 +83,7 @@ class ProposeParams:
 
 @dataclass(frozen=True)
 class SimulatorParams:
-    noise: str  # none | demo | realistic (skillevo.simulator.noise)
+    noise: str  # none | demo | realistic | drifting (skillevo.simulator.noise)
     seed: int
 
 

@@ -10,7 +10,9 @@ from the skill listing the CLI sends: `choose` below (docs/simulator.md, "Choosi
 it plays its playbook's `unskilled` session with no skill text.
 
 A session's noise (skillevo.simulator.noise) varies the first two as a real agent varies: prose before each
-tool call, extra exploratory calls on files the task reads, now and then a mistake or a skipped skill.
+tool call, extra exploratory calls on files the task reads, now and then a mistake or a skipped skill. The skill
+text it loaded may cause behaviours its playbook declares as effects (`affected`): a retry loop, a give-up, a
+wider spread.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ import json
 import posixpath
 import re
 import shlex
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from skillevo.simulator.conversation import Conversation
@@ -101,6 +103,40 @@ def _explore(task: Task, skill: str, noise: SessionNoise, steps: list[Step]) -> 
     return out
 
 
+def _stuck(steps: list[Step], own: list[Step], repeats: int) -> list[Step]:
+    """`steps` with the session's own reading and verification steps (its playbook's Read and Bash calls, in
+    order) repeated `repeats` times after its last tool call: an agent that got stuck re-checking its work.
+    The workspace ends as it would have: the loop only reads and runs checks."""
+    block = [s for s in own if s.kind in ("read", "bash")]
+    end = len(steps)
+    while end and steps[end - 1].kind == "say":
+        end -= 1
+    return steps[:end] + block * repeats + steps[end:]
+
+
+@dataclass(frozen=True)
+class Affected:
+    """What the effects of a session's skill text did to it (Playbook.effects, drawn from its noise)."""
+
+    noise: SessionNoise  # its noise with the effects' spread
+    gives_up: bool = False
+    repeats: int = 0  # times it repeats its reading and verification (a retry loop)
+
+
+def affected(book: Playbook, task: Task, skill_text: str, noise: SessionNoise) -> Affected:
+    """The effects of the instructions `skill_text` carries, for `task`: spreads multiply, a give-up or a retry loop
+    is drawn per instruction (several loops add up). Nothing fires under a profile that draws nothing."""
+    spread, gives_up, repeats = 1.0, False, 0
+    for ins, effect in book.effects(task, skill_text):
+        if effect.spread is not None:
+            spread *= effect.spread
+        if effect.give_up is not None:
+            gives_up = noise.gives_up(ins, effect.give_up) or gives_up
+        if effect.retry_loop is not None:
+            repeats += noise.retry_repeats(ins, *effect.retry_loop)
+    return Affected(replace(noise, spread=noise.spread * spread), gives_up, repeats)
+
+
 def _follow(steps: list[Step], index: int, cwd: str, done: str, noise: SessionNoise) -> Reply:
     for step in steps[index:index + 1]:
         tool = _tool_for(step, cwd)
@@ -169,8 +205,14 @@ def normal(conv: Conversation, book: Playbook, noise: SessionNoise = QUIET) -> R
         return no_skill(conv, book, noise)
     if conv.turns == 0:
         return Reply(text=_narrate(noise.narration_chars, f"load the {skill} skill"), tool=("Skill", {"skill": skill}))
-    steps = _explore(task, skill, noise, book.steps(task, skill, conv.skills.get(skill, ""), noise.mistake))
-    return _follow(steps, conv.turns - 1, conv.cwd, f"Finished {task.id} with the {skill} skill.", noise)
+    text = conv.skills.get(skill, "")
+    effects = affected(book, task, text, noise)
+    if effects.gives_up:
+        return Reply(text=f"I am stopping here without changing anything: I could not settle how to do {task.id} "
+                          f"with the {skill} skill.")
+    own = book.steps(task, skill, text, noise.mistake)
+    steps = _stuck(_explore(task, skill, effects.noise, own), own, effects.repeats)
+    return _follow(steps, conv.turns - 1, conv.cwd, f"Finished {task.id} with the {skill} skill.", effects.noise)
 
 
 def no_skill(conv: Conversation, book: Playbook, noise: SessionNoise = QUIET) -> Reply:

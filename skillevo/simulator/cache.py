@@ -8,8 +8,10 @@ cache, written to it (the prefix up to the last cacheable breakpoint, past what 
 rest. Without it every turn would bill the whole conversation, skill text included, as fresh input.
 
 The cache is per CLI session (cell route and session id), never shared between sessions: that keeps every
-run deterministic whatever ran beside it, at the price of one extra write of the shared system prompt per
-session that the real API, shared across a whole organisation, might have served from its cache.
+run deterministic whatever ran beside it. The real API caches per organisation (per workspace since February
+2026), so a session that starts minutes after another finds their shared tools-and-system prefix cached. A
+session whose cache window is drawn warm (noise.SessionNoise.warm) plays that: its first request finds that
+prefix already written, and reads it. Every other session pays its own write.
 """
 
 from __future__ import annotations
@@ -35,17 +37,18 @@ def _min_cacheable(model: str) -> int:
     return next((n for prefix, n in MIN_CACHEABLE.items() if model.startswith(prefix)), DEFAULT_MIN_CACHEABLE)
 
 
-def _blocks(body: dict[str, Any]) -> list[tuple[bytes, bool]]:
+def _blocks(body: dict[str, Any]) -> list[tuple[bytes, bool, bool]]:
     """The request's blocks in cache order (tools, system, messages): canonical bytes without the breakpoint
-    marker (it is not part of the cached content), and whether a breakpoint is on it."""
-    out: list[tuple[bytes, bool]] = []
+    marker (it is not part of the cached content), whether a breakpoint is on it, and whether it is a tool or
+    system block (the prefix every session of the same CLI and model shares)."""
+    out: list[tuple[bytes, bool, bool]] = []
 
     def add(where: list[Any], block: Any) -> None:
         if not isinstance(block, dict):
             block = {"type": "text", "text": block if isinstance(block, str) else json.dumps(block)}
         bare = {k: v for k, v in block.items() if k != "cache_control"}
         data = json.dumps([*where, bare], separators=(",", ":"), ensure_ascii=False, sort_keys=True).encode()
-        out.append((data, "cache_control" in block))
+        out.append((data, "cache_control" in block, where[0] != "message"))
 
     for tool in body.get("tools") or []:
         add(["tool"], tool)
@@ -64,28 +67,34 @@ class PromptCache:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._written: dict[tuple[str, str | None], set[bytes]] = {}
+        self._written: dict[tuple[object, ...], set[bytes]] = {}
 
-    def usage(self, session: tuple[str, str | None], body: dict[str, Any], raw_len: int) -> dict[str, int]:
+    def usage(self, session: tuple[object, ...], body: dict[str, Any], raw_len: int, *,
+              warm: bool = False) -> dict[str, int]:
         """input_tokens, cache_creation_input_tokens and cache_read_input_tokens of one answered request; the
-        three add up to the request's size in tokens (what count_tokens says)."""
+        three add up to the request's size in tokens (what count_tokens says). `warm`: on the session's first
+        request, its cacheable tools-and-system breakpoints count as already written by a neighbouring session."""
         total = tokens(raw_len)
         blocks = _blocks(body)
-        breakpoints = [i for i, (_, marked) in enumerate(blocks) if marked]
+        breakpoints = [i for i, (_, marked, _) in enumerate(blocks) if marked]
         if not breakpoints:
             return {"input_tokens": total, "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0}
         prefix_tokens, hashes, size, h = [], [], 0, hashlib.sha256(str(body.get("model")).encode()).digest()
-        for data, _ in blocks:
+        for data, _, _ in blocks:
             size += len(data)
             h = hashlib.sha256(h + data).digest()
             prefix_tokens.append(min(total, tokens(size)))
             hashes.append(h)
         floor = _min_cacheable(str(body.get("model") or ""))
+        cacheable = [bp for bp in breakpoints if prefix_tokens[bp] >= floor]
         with self._lock:
-            written = self._written.setdefault(session, set())
+            written = self._written.get(session)
+            if written is None:
+                written = self._written[session] = set()
+                if warm:
+                    written.update(hashes[bp] for bp in cacheable if blocks[bp][2])
             hit = max((j for bp in breakpoints for j in range(bp, max(-1, bp - LOOKBACK - 1), -1)
                        if hashes[j] in written), default=-1)
-            cacheable = [bp for bp in breakpoints if prefix_tokens[bp] >= floor]
             written.update(hashes[bp] for bp in cacheable)
         read = prefix_tokens[hit] if hit >= 0 else 0
         top = max(cacheable, default=-1)

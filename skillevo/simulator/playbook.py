@@ -7,6 +7,11 @@ A step may also say `mistake: true` (taken only when the agent slips, at the noi
 `mistake: false` (taken only when it does not): a task's mistake variant, a plausible change that passes
 the visible check but not the hidden oracle (skillevo/simulator/noise.py). A playbook's `unskilled` names the
 session whose steps an agent that loaded no skill takes for its tasks, with no skill text to steer them.
+
+An instruction may also carry an `effect`, a behaviour the skill text causes beyond its steps: a retry loop
+(the agent gets stuck and repeats its reading and verification), a give-up (it stops at once, unresolved), or a
+spread (its cost varies more, around the same mean). Effects fire at their rates only under a noise profile
+that draws, from the session's own draws (noise.SessionNoise), optionally only on some tasks.
 """
 
 from __future__ import annotations
@@ -20,10 +25,24 @@ from skillevo.schemas import InvalidDocument, validate
 
 
 @dataclass(frozen=True)
+class Effect:
+    """What an instruction's presence does beyond its steps (docs/simulator.md, "Behaviours a skill can cause")."""
+
+    retry_loop: tuple[float, int, int] | None = None  # (rate, lo, hi): P(stuck), then lo..hi repeats, uniform
+    give_up: float | None = None  # P(the session stops at once without editing)
+    spread: float | None = None  # factor on the session's verbosity sigma and on the sd of its extra calls
+    tasks: tuple[str, ...] | None = None  # only these tasks (None: every task)
+
+    def applies_to(self, task: str) -> bool:
+        return self.tasks is None or task in self.tasks
+
+
+@dataclass(frozen=True)
 class Instruction:
     id: str
     phrase: str
     necessary: bool
+    effect: Effect | None = None
 
     def present_in(self, skill_text: str) -> bool:
         return self.phrase.lower() in skill_text.lower()
@@ -70,17 +89,40 @@ class Playbook:
             and (s.mistake is None or s.mistake == mistake)
         ]
 
+    def effects(self, task: Task, skill_text: str) -> list[tuple[str, Effect]]:
+        """(instruction id, effect) of every instruction the skill text carries whose effect applies to `task`."""
+        return [(i, ins.effect) for i, ins in self.instructions.items()
+                if ins.effect is not None and ins.effect.applies_to(task.id) and ins.present_in(skill_text)]
+
 
 _KINDS = ("read", "bash", "write", "edit", "say")
+
+
+def _effect(raw: dict[str, Any], ins: str, task_ids: set[str], source: str | Path) -> Effect:
+    """An instruction's effect, past its schema: a repeat range in order, tasks the playbook has."""
+    where = f"{source}: instruction {ins!r} effect"
+    retry = raw.get("retry_loop")
+    if retry is not None and retry["repeat"][0] > retry["repeat"][1]:
+        raise InvalidDocument(f"{where}: retry_loop repeat {retry['repeat']} runs backwards (rule: [lo, hi], lo <= hi)")
+    unknown = sorted(set(raw.get("tasks", ())) - task_ids)
+    if unknown:
+        raise InvalidDocument(f"{where}: tasks {unknown} are not tasks of this playbook (rule: an effect names "
+                              "tasks its playbook defines)")
+    return Effect(retry_loop=None if retry is None else (float(retry["rate"]), *retry["repeat"]),
+                  give_up=None if "give_up" not in raw else float(raw["give_up"]["rate"]),
+                  spread=None if "spread" not in raw else float(raw["spread"]["factor"]),
+                  tasks=tuple(raw["tasks"]) if "tasks" in raw else None)
 
 
 def parse(doc: Any, source: str | Path) -> Playbook:
     validate(doc, "playbook.schema.json", source)
     instructions = {}
+    task_ids = {t["id"] for t in doc["tasks"]}
     for ins in doc["instructions"]:
         if ins["id"] in instructions:
             raise InvalidDocument(f"{source}: instruction {ins['id']!r} is defined twice (rule: unique ids)")
-        instructions[ins["id"]] = Instruction(ins["id"], ins["phrase"], bool(ins.get("necessary", False)))
+        effect = _effect(ins["effect"], ins["id"], task_ids, source) if "effect" in ins else None
+        instructions[ins["id"]] = Instruction(ins["id"], ins["phrase"], bool(ins.get("necessary", False)), effect)
     tasks, seen = [], set()
     for t in doc["tasks"]:
         if t["id"] in seen:

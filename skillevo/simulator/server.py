@@ -4,8 +4,9 @@ It serves POST /v1/messages (SSE streaming and plain JSON) and /v1/messages/coun
 with usage computed from the real sizes of the request and the reply, so a longer skill or a longer
 conversation costs more, and split by prompt caching as the API reports it (cache.py). A base URL of the
 form http://127.0.0.1:<port>/mode/<mode> selects a behaviour or a fault for one session (see MODES);
-/cell/<key> (noise.route) names the cell and session a request belongs to, which fixes its noise
-(noise.py). A latency profile (latency.py; default none) holds each reply back as a real model would.
+/cell/<key>[/moment/<key>[/slot/<n>]] (noise.route) names the cell and session a request belongs to, and the
+measuring moment and schedule slot of its bench, which fix its noise (noise.py); a malformed route is refused
+(noise.parse_route). A latency profile (latency.py; default none) holds each reply back as a real model would.
 Everything it produces is simulated and is labelled so upstream.
 """
 
@@ -24,7 +25,7 @@ from skillevo.simulator import agent, conversation, noise
 from skillevo.simulator.agent import EscapeTargets, Reply
 from skillevo.simulator.cache import BYTES_PER_TOKEN, PromptCache, tokens
 from skillevo.simulator.latency import Latency
-from skillevo.simulator.noise import Noise
+from skillevo.simulator.noise import Noise, Route, RouteError, SessionNoise
 from skillevo.simulator.playbook import Playbook
 
 SESSION_LOG_ENV = "SKILLEVO_SIMULATOR_SESSION_LOG"
@@ -55,7 +56,7 @@ class Simulator:
         self.cache = PromptCache()
         self._lock = threading.Lock()
         self._sessions: dict[str, str] = {}  # CLI session id -> mode
-        self._overloads: dict[tuple[str, str | None, int], int] = {}  # request -> 529s answered so far
+        self._overloads: dict[tuple[str, str | None, str | None, int], int] = {}  # request -> 529s answered so far
         self.overloads = 0
         self.requests = 0
         self.failures: list[str] = []  # the simulator's own errors, so a stage reports them as what they are
@@ -88,7 +89,8 @@ class Simulator:
         return self._server.server_address[1]
 
     def url(self, mode: str = "normal", cell: str | None = None) -> str:
-        """The base URL of a session in `mode`; `cell` is noise.route(...) of the cell and session, if any."""
+        """The base URL of a session in `mode`; `cell` is noise.route(...) of the cell and session (with its moment
+        and slot, when given), if any."""
         if mode not in MODES and mode not in self.responders:
             raise ValueError(f"unknown simulator mode {mode!r}; known: {', '.join(MODES + tuple(self.responders))}")
         base = f"http://127.0.0.1:{self.port}{cell or ''}"
@@ -100,25 +102,32 @@ class Simulator:
             return dict(self._sessions)
 
     # behaviour -------------------------------------------------------------------------------
-    def reply(self, mode: str, body: dict[str, Any], cell: str = "") -> Reply:
+    def session_noise(self, route: Route) -> SessionNoise:
+        """The draws of the session a route names: its cell, and its bench's moment and slot when given."""
+        return self.noise.session(route.cell, route.moment, route.slot)
+
+    def reply(self, mode: str, body: dict[str, Any], route: Route = Route()) -> Reply:
+        """The agent's next message in the session `route` names (default: no route, the empty key)."""
         conv = conversation.parse(body)
+        session = self.session_noise(route)
         if mode in self.responders:
             return self.responders[mode](conv, body)
         if mode == "no-skill":
-            return agent.no_skill(conv, self.playbook, self.noise.session(cell))
+            return agent.no_skill(conv, self.playbook, session)
         if mode == "escape":
             return agent.escape(conv, self.escape)
-        return agent.normal(conv, self.playbook, self.noise.session(cell))
+        return agent.normal(conv, self.playbook, session)
 
-    def overloaded(self, cell: str, session_id: str | None, body: dict[str, Any]) -> bool:
+    def overloaded(self, route: Route, session_id: str | None, body: dict[str, Any]) -> bool:
         """Whether to answer this attempt 529. A request is its session and its place in the conversation, so
         the CLI's retry of it is the same request; it is never refused more than max_retries times."""
         request = len(body.get("messages") or [])
+        key = (route.cell, route.moment, session_id, request)
         with self._lock:
-            attempt = self._overloads.get((cell, session_id, request), 0)
-            if attempt >= self.max_retries or not self.noise.session(cell).overloaded(request, attempt):
+            attempt = self._overloads.get(key, 0)
+            if attempt >= self.max_retries or not self.session_noise(route).overloaded(request, attempt):
                 return False
-            self._overloads[(cell, session_id, request)] = attempt + 1
+            self._overloads[key] = attempt + 1
             self.overloads += 1
             return True
 
@@ -183,15 +192,6 @@ class _Handler(BaseHTTPRequestHandler):
 
     do_HEAD = do_GET
 
-    def _route(self) -> tuple[str, str | None, str]:
-        """(mode, cell key, API path) from [/cell/<key>][/mode/<mode>]/v1/... (either prefix optional, in either
-        order); a cell segment that is not a key gives None (refused)."""
-        path, found = urlsplit(self.path).path, {"mode": "normal", noise.ROUTE: ""}
-        while len(parts := path.split("/", 3)) == 4 and parts[0] == "" and parts[1] in found:
-            found[parts[1]], path = parts[2], "/" + parts[3]
-        cell = found[noise.ROUTE]
-        return found["mode"], (cell if cell == "" or noise.KEY.match(cell) else None), path
-
     def _authorized(self) -> bool:
         key = self.sim.api_key
         if key is None:
@@ -203,9 +203,13 @@ class _Handler(BaseHTTPRequestHandler):
         received = time.monotonic()  # a latency profile's TTFT counts from here, as the API's does
         length = int(self.headers.get("content-length") or 0)
         raw = self.rfile.read(length)
-        mode, cell, path = self._route()
         if not self._authorized():
             return self._error(401, "authentication_error", "invalid x-api-key")
+        try:
+            route = noise.parse_route(urlsplit(self.path).path)
+        except RouteError as e:
+            return self._error(400, "invalid_request_error", f"simulator route refused: {e}")
+        mode, cell, path = route.mode, route.cell, route.api
         try:
             body = json.loads(raw or b"{}")
         except json.JSONDecodeError:
@@ -216,11 +220,9 @@ class _Handler(BaseHTTPRequestHandler):
             return self._error(404, "not_found_error", f"simulator: no route for POST {path}")
         if mode not in MODES and mode not in self.sim.responders:
             return self._error(400, "invalid_request_error", f"unknown simulator mode {mode}")
-        if cell is None:
-            return self._error(400, "invalid_request_error", "a cell route is /cell/<32 hex digits>")
         session_id = self.headers.get("x-claude-code-session-id")
         self.sim._seen(session_id, mode)
-        if mode in NOISY and self.sim.overloaded(cell, session_id, body):
+        if mode in NOISY and self.sim.overloaded(route, session_id, body):
             return self._error(529, "overloaded_error", "Overloaded (simulated, seeded)")
         if mode == "overloaded":
             return self._error(529, "overloaded_error", "Overloaded (simulated)")
@@ -230,14 +232,16 @@ class _Handler(BaseHTTPRequestHandler):
             self.sim.stopping.wait()
             return None
         try:
-            reply = self.sim.reply(mode, body, cell)
+            reply = self.sim.reply(mode, body, route=route)
         except Exception as e:  # noqa: BLE001 - a bug of the simulator or its playbook, never a transient API error
             failure = f"{type(e).__name__}: {e}"
             with self.sim._lock:
                 self.sim.failures.append(failure)
             return self._error(400, "invalid_request_error", f"skillevo simulator failure (not an API error): "
                                                              f"{failure}")
-        message = _message(body, len(raw), reply, self.sim.cache.usage((cell, session_id), body, len(raw)))
+        warm = mode in NOISY and self.sim.session_noise(route).warm  # a neighbour left the shared prefix cached
+        message = _message(body, len(raw), reply, self.sim.cache.usage((cell, route.moment, session_id), body,
+                                                                        len(raw), warm=warm))
         ttft_s, generate_s = 0.0, 0.0
         if self.sim.latency is not None:  # computed from the reply's tokens; it never changes them
             ttft_s, generate_s = self.sim.latency.pace(cell, len(body.get("messages") or []),
