@@ -156,12 +156,15 @@ def _endpoint(spec: CellSpec, session: int) -> str:
     """The session's base URL; on the simulator it names the cell and session (which seeds the session's noise),
     set here on the host, out of the agent's reach. A candidate's cells are named with its overlay digest too, and a
     control with the digest of the candidate it runs beside: each is measured by sessions of its own, as with a real
-    model, so two generations' candidates (or a control and the incumbent side) never share their luck."""
+    model, so two generations' candidates (or a control and the incumbent side) never share their luck. The route
+    also names the side's measuring moment and the cell's slot in its order: the simulator's drift between benches
+    and its warm or cold cache windows are drawn from them (docs/simulator.md)."""
     if not spec.model.simulated:
         return spec.model.endpoint
     arm = (f"{spec.arm.name}@{spec.overlay_digest}" if spec.overlay_digest is not None else
            f"{spec.arm.name}#control@{spec.control_for}" if spec.control_for is not None else spec.arm.name)
-    return spec.model.endpoint.rstrip("/") + route(spec.task.id, arm, spec.run, session)
+    slot = spec.slot if spec.moment is not None else None
+    return spec.model.endpoint.rstrip("/") + route(spec.task.id, arm, spec.run, session, moment=spec.moment, slot=slot)
 
 
 def _sessions(spec: CellSpec, ws: Path, row: dict, artifacts: dict, credential: Credential | None,
