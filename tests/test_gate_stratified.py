@@ -182,6 +182,10 @@ def test_the_cmh_statistic_matches_its_closed_form_on_one_stratum():
 def test_p_values_keep_their_significant_figures():
     assert stats.significant(1.8812e-11) == 1.88e-11 and stats.significant(0.0) == 0.0
     assert stats.significant(0.123456) == 0.123
+    # the bootstrap's smallest p-value means no resample was as extreme: at most that, and said so
+    assert stats.p_text({"p_value": 0.0005, "resamples": 1999}) == "p<=0.0005"
+    assert stats.p_text({"p_value": 0.0035, "resamples": 1999}) == "p=0.0035"
+    assert stats.p_text({"p_value": 1.88e-11, "resamples": None}) == "p=1.88e-11"
 
 
 # --- the rule, one case per reason ---------------------------------------------------------------------------

@@ -17,6 +17,7 @@ from skillevo import documents, safefs
 from skillevo.gate import figures
 from skillevo.gate.verdict import INSUFFICIENT_EVIDENCE, KEEP_INCUMBENT, PROMOTE
 from skillevo.results import Side, side_totals
+from skillevo.stats import p_text
 
 # Ordered so that `dvc metrics diff` reads up as better: promote > keep > insufficient.
 DECISION_CODES = {PROMOTE: 1, KEEP_INCUMBENT: 0, INSUFFICIENT_EVIDENCE: -1}
@@ -110,7 +111,7 @@ def _per(estimate: Mapping[str, Any]) -> str:
 def _estimate(estimate: Mapping[str, Any]) -> str:
     low, high = estimate["interval_pct"]
     return (f"{estimate['improvement_pct']:.1f}% cheaper ({100 * estimate['confidence']:g}% interval {low:.1f}% to "
-            f"{high:.1f}%, p={estimate['p_value']:.3g})")
+            f"{high:.1f}%, {p_text(estimate)})")
 
 
 def render_report(promotion: Mapping[str, Any], totals: Mapping[str, Mapping[str, float | int]],

@@ -81,9 +81,11 @@ def judge(pairs: Sequence[Pair], policy: Policy, estimate: stats.Estimate | None
 
     level = levels.cost
     what = "per resolved task" if estimate.estimand == "per_resolved" else "per run (geometric mean)"
-    found = (f"{metric} {what}: estimated improvement {estimate.improvement_pct:.1f}% ({100 * (1 - 2 * level):.4g}% "
-             f"interval {estimate.interval_pct[0]:.1f}% to {estimate.interval_pct[1]:.1f}%), one-sided "
-             f"p={estimate.p_value:.3g} against 'not cheaper' at level {level:.3g}")
+    shown = estimate.to_dict(level)  # the figures promotion.json and the report show, rounded once, alike
+    low, high = shown["interval_pct"]
+    found = (f"{metric} {what}: estimated improvement {shown['improvement_pct']:.1f}% ({100 * (1 - 2 * level):.4g}% "
+             f"interval {low:.1f}% to {high:.1f}%), one-sided {stats.p_text(shown)} against 'not cheaper' at level "
+             f"{level:.3g}")
     if estimate.p_value <= level and estimate.improvement_pct >= policy.min_improvement_pct:
         return Verdict(PROMOTE, [f"{found}; at least {policy.min_improvement_pct:g}% required"])
     if rises and estimate.p_value_worse > level:

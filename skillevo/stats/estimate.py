@@ -43,6 +43,14 @@ class Estimate:
         }
 
 
+def p_text(estimate: dict[str, object]) -> str:
+    """`p=...` as a reader should take it: a bootstrap's smallest p-value, 1 / (resamples + 1), means that no
+    resample was as extreme, so the p-value is at most that."""
+    p, resamples = estimate["p_value"], estimate.get("resamples")
+    floor = significant(1 / (resamples + 1)) if isinstance(resamples, int) and resamples > 0 else None
+    return f"p<={p:.3g}" if p == floor else f"p={p:.3g}"
+
+
 def significant(value: float, digits: int = 3) -> float:
     """`value` to `digits` significant figures: a p-value of 1.9e-11 stays 1.9e-11, never 0."""
     value = float(value)
