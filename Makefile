@@ -127,11 +127,13 @@ SEEDS ?= 20
 demo-seeds: setup
 	$(PY) -m benchmarks.demo_seeds --seeds $(SEEDS)
 
-# Paid sessions per decision over a scripted 3-generation schedule: ours (cell store + sequential runs) against
-# re-running the incumbent every generation at equal power, and the seed's way for reference (~10 min a seed).
+# A/A on the simulator's own noise with drift on: an identical candidate beside its control in MOMENTS benches,
+# decided interleaved and as the separate design would (~25 min); fails when the interleaved rate is over target.
 gate-study-simulator: setup
-	$(PY) -m benchmarks.simulator_null --pool $(or $(POOL),40) --resamples $(or $(RESAMPLES),1000)
+	$(PY) -m benchmarks.simulator_null --moments $(or $(MOMENTS),8) --pool $(or $(POOL),20) --resamples $(or $(RESAMPLES),1000)
 
+# Paid sessions per decision over a scripted 3-generation schedule: ours (cell store + sequential runs) against
+# re-running the incumbent every generation at equal power, and the seed's way for reference (~15 min a seed).
 bench-economy: setup
 	$(PY) -m benchmarks.economy --seeds $(or $(ECONOMY_SEEDS),3)
 

@@ -1,21 +1,27 @@
-"""`make gate-study-simulator`: the gate's false promotion rate on the simulator's own noise, not the study's model.
+"""`make gate-study-simulator`: the gate's false promotion rate on the simulator's own noise, with drift on.
 
-make gate-study draws lognormal costs; the realistic simulator's are a mixture (prose verbosity, Poisson extra
-calls, mistakes the oracle catches, skipped skills) seen through the real CLI's token accounting. Here the same
-incumbent is measured twice, as two independent replicates (real CLI, real bubblewrap, `auto` arm, realistic
-noise), and A/A benches are drawn from the two pools: per gate task RUNS runs of replicate A as the incumbent,
-RUNS of replicate B as the candidate, decided by the real gate whole (fixed) and look by look through the real
-interim (sequential, params.yaml's sampling.sequential). Any promotion is false. The resamples share two finite
-pools, so the rate is that of the pools' empirical distributions; more runs make it the simulator's.
+make gate-study draws costs from a model. Here the simulator plays the model through the real CLI and bubblewrap,
+under its `drifting` profile (realistic noise, plus drift between measuring moments and prompt-cache windows
+warm or cold along a bench's order; docs/simulator.md). The candidate is the incumbent with one more newline at
+the end of its `work` skill (a bench refuses an overlay that changes nothing; one token among some 17,000 of the
+prompt is a null), benchmarked in M moments as the bench runs a candidate side: the `auto`
+candidate arm beside its control, interleaved in blocks of (task, run), POOL runs each per gate task. A/A
+benches are drawn from those pools and decided by the real gate (params.yaml's policy), two ways:
 
-    python -m benchmarks.simulator_null --pool 40 --resamples 1000
+- interleaved (what skillevo runs): the candidate's RUNS runs and the control's RUNS runs from one moment;
+- separate (the design before it): the control's runs from one moment, the candidate's from another, as when the
+  incumbent side measured weeks earlier stood in for the control.
+
+Every promotion is false. The last line is
+`simulator_null moments=<m> pool=<n> resamples=<r> false_promotion_interleaved=<x> false_promotion_separate=<y>
+alpha=<a> bound=<alpha + 3 standard errors>`.
+
+    python -m benchmarks.simulator_null --moments 8 --pool 20 --resamples 1000
 """
 
 from __future__ import annotations
 
 import argparse
-import dataclasses
-import json
 import math
 import os
 import random
@@ -25,85 +31,106 @@ import sys
 import tempfile
 from pathlib import Path
 
+import yaml
+
 from benchmarks import gate_model
-from benchmarks.economy import MAX_DROP, RUNS, _params
 from skillevo import config
 from skillevo.bench.side import plan, run_side
-from skillevo.config import Policy
+from skillevo.layout import CANDIDATE_PREFIX
 
 ROOT = Path(__file__).resolve().parents[1]
-REPLICATES = (101, 102)  # any two replicates are independent measurements of the same incumbent
+ARM = "auto"
+RUNS = 14  # per gate task and arm in one A/A bench: 3 gate tasks x 14 reach gate.min_total_runs 40
 
 
-def pools(pool: int, seed: int) -> tuple[list[str], list[list[dict]]]:
-    """The gate tasks and the two replicates' rows, `pool` runs per (task, arm)."""
+def _params(clone: Path, seed: int, pool: int, replicate: int) -> config.Params:
+    doc = yaml.safe_load((clone / "params.yaml").read_text())
+    doc["arms"] = {ARM: doc["arms"][ARM]}
+    doc["simulator"].update(noise="drifting", seed=seed)
+    doc["sampling"].update(runs=pool, incumbent_runs=1, replicate=replicate)
+    doc["sampling"].setdefault("sequential", {})["enabled"] = False
+    (clone / "params.yaml").write_text(yaml.safe_dump(doc, sort_keys=False))
+    return config.load(clone / "params.yaml")
+
+
+def moments(count: int, pool: int, seed: int) -> tuple[list[str], list[list[dict]]]:
+    """The gate tasks and, per moment, a candidate side's rows: the identical candidate beside its control."""
+    sides = []
     with tempfile.TemporaryDirectory(prefix="skillevo-simnull-") as tmp:
         clone = Path(tmp) / "clone"
         subprocess.run(["git", "clone", "-q", str(ROOT), str(clone)], check=True)
+        same = Path(tmp) / "identical" / "work"
+        same.mkdir(parents=True)  # the incumbent's work skill and one more newline: a bench needs a change, and a
+        (same / "SKILL.md").write_bytes((clone / "skills/work/SKILL.md").read_bytes() + b"\n")  # token is nothing
+        same = same.parent
         os.chdir(clone)  # params name the family relative to the project, as a stage sees it
-        sides = []
-        for replicate in REPLICATES:
-            p = _params(clone, seed, pool, sequential=False, replicate=replicate)
-            out = Path(tmp) / f"replicate-{replicate}"
-            sides.append(run_side(plan("incumbent", clone / "tasks/tasks.yaml", clone / "skills", None, p), p, out,
-                                  quiet=False))
-        tasks = json.loads((out / "bench.json").read_text())["task_split"]["gate"]
-        os.chdir(ROOT)
+        try:
+            for m in range(count):
+                p = _params(clone, seed, pool, replicate=100 + m)  # a new replicate is a new moment
+                out = Path(tmp) / f"moment-{m}"
+                print(f"moment {m + 1} of {count}", file=sys.stderr, flush=True)
+                side = plan("candidate", clone / "tasks/tasks.yaml", clone / "skills", same, p)
+                sides.append(run_side(side, p, out, quiet=False))
+            tasks = list(p.tasks.gate)
+        finally:
+            os.chdir(ROOT)
     return tasks, sides
 
 
-def _draw(rows: list[dict], task: str, arm: str, rng: random.Random) -> list[dict]:
-    chosen = rng.sample([r for r in rows if r["task"] == task], RUNS)
-    return [dict(r, arm=arm, run=i) for i, r in enumerate(chosen, start=1)]
+def _draw(rows: list[dict], task: str, arm: str, as_arm: str, rng: random.Random) -> list[dict]:
+    chosen = rng.sample([r for r in rows if r["task"] == task and r["arm"] == arm], RUNS)
+    return [dict(r, arm=as_arm, run=i) for i, r in enumerate(chosen, start=1)]
 
 
 def study(tasks: list[str], sides: list[list[dict]], resamples: int, seed: int) -> dict[str, float]:
-    default = config.load(ROOT / "params.yaml")
-    policy = Policy.from_dict({**default.gate.to_dict(), "policy": "stratified", "max_resolution_drop_pct": MAX_DROP})
-    sampling_plan = gate_model.sequential_plan(dataclasses.replace(default.sampling, sequential=dataclasses.replace(
-        default.sampling.sequential, max_resolution_drop_pct=MAX_DROP)), RUNS)
+    policy = config.load(ROOT / "params.yaml").gate
     rng = random.Random(f"simulator-null {seed}")
-    fixed = sequential = runs = 0
+    control, candidate = ARM, CANDIDATE_PREFIX + ARM
+    promoted = {"interleaved": 0, "separate": 0}
     for _ in range(resamples):
-        rows = [row for task in tasks for row in (*_draw(sides[0], task, gate_model.INCUMBENT, rng),
-                                                   *_draw(sides[1], task, gate_model.CANDIDATE, rng))]
-        fixed += gate_model.decide(rows, policy, tasks=tasks) == "promote"
-        seen, record = gate_model.stopped(rows, sampling_plan)
-        sequential += gate_model.decide(seen, policy, record, tasks=tasks) == "promote"
-        runs += record["looks"][record["stopped_at_look"] - 1]
-    return {"fixed": fixed / resamples, "sequential": sequential / resamples, "runs": runs / resamples}
+        here = rng.randrange(len(sides))
+        there = rng.choice([m for m in range(len(sides)) if m != here])
+        for way, source in (("interleaved", here), ("separate", there)):
+            rows = [row for task in tasks for row in (
+                *_draw(sides[here], task, control, gate_model.INCUMBENT, rng),
+                *_draw(sides[source], task, candidate, gate_model.CANDIDATE, rng))]
+            promoted[way] += gate_model.decide(rows, policy, tasks=tasks) == "promote"
+    return {way: n / resamples for way, n in promoted.items()}
 
 
 def describe(tasks: list[str], sides: list[list[dict]]) -> None:
-    for task in tasks:
-        for replicate, rows in zip(REPLICATES, sides, strict=True):
-            logs = [math.log(r["cost_usd"]) for r in rows if r["task"] == task and r["cost_usd"]]
-            mean, sd = statistics.mean(logs), statistics.stdev(logs)
-            skew = sum((x - mean) ** 3 for x in logs) / len(logs) / sd ** 3
-            resolved = sum(r["resolved"] for r in rows if r["task"] == task)
-            print(f"{task} replicate {replicate}: {len(logs)} runs, log cost sd {sd:.3f} (CV {math.sqrt(math.exp(sd * sd) - 1):.2f}), "
-                  f"skew {skew:.2f}, resolved {resolved}")
+    """Each moment's mean cost per arm: how far the moments drift, and that both arms of a moment move together."""
+    for m, rows in enumerate(sides):
+        means = {arm: statistics.mean(r["cost_usd"] for r in rows if r["arm"] == arm and r["cost_usd"])
+                 for arm in (ARM, CANDIDATE_PREFIX + ARM)}
+        print(f"moment {m + 1}: mean cost per run control {means[ARM]:.4f}, candidate "
+              f"{means[CANDIDATE_PREFIX + ARM]:.4f}, resolved {sum(r['resolved'] for r in rows)}/{len(rows)}")
+    logs = [math.log(statistics.mean(r["cost_usd"] for r in rows if r["cost_usd"])) for rows in sides]
+    print(f"between moments: sd of log mean cost {statistics.stdev(logs):.3f} over {len(sides)} moments "
+          f"({len(tasks)} gate tasks)")
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--pool", type=int, default=40, help="runs per (task, arm) in each replicate [%(default)s]")
+    parser.add_argument("--moments", type=int, default=8, help="candidate sides measured [%(default)s]")
+    parser.add_argument("--pool", type=int, default=20, help="runs per (task, arm) in each moment [%(default)s]")
     parser.add_argument("--resamples", type=int, default=1000, help="A/A benches drawn [%(default)s]")
     parser.add_argument("--seed", type=int, default=0, help="the simulator's seed [%(default)s]")
     args = parser.parse_args(argv)
-    if args.pool < 2 * RUNS:
-        parser.error(f"--pool must be at least {2 * RUNS}: each bench draws {RUNS} runs an arm")
+    if args.pool < RUNS or args.moments < 2:
+        parser.error(f"--pool must be at least {RUNS} (each bench draws {RUNS} runs an arm) and --moments at least 2")
     if not os.environ.get("SKILLEVO_CLAUDE"):
         raise SystemExit("run through `make gate-study-simulator` (it sets SKILLEVO_CLAUDE to the pinned CLI)")
-    tasks, sides = pools(args.pool, args.seed)
+    tasks, sides = moments(args.moments, args.pool, args.seed)
     describe(tasks, sides)
     rates = study(tasks, sides, args.resamples, args.seed)
     alpha = config.load(ROOT / "params.yaml").gate.alpha
-    print("simulated: the offline simulator played the model (realistic noise)")
-    print(f"simulator_null resamples={args.resamples} pool={args.pool} false_promotion_fixed={rates['fixed']:.4f} "
-          f"false_promotion_sequential={rates['sequential']:.4f} alpha={alpha:g} "
-          f"mean_candidate_runs={rates['runs']:.2f}/{RUNS}")
-    return 0
+    bound = alpha + 3 * math.sqrt(alpha * (1 - alpha) / args.resamples)
+    print("simulated: the offline simulator played the model (drifting noise)")
+    print(f"simulator_null moments={args.moments} pool={args.pool} resamples={args.resamples} "
+          f"false_promotion_interleaved={rates['interleaved']:.4f} false_promotion_separate={rates['separate']:.4f} "
+          f"alpha={alpha:g} bound={bound:.4f}")
+    return 0 if rates["interleaved"] <= bound else 1
 
 
 if __name__ == "__main__":

@@ -92,19 +92,8 @@ def decide_arm(
         verdict = seed_rule.judge(pairs, policy)
     else:
         verdict = stratified.judge(pairs, policy, estimate, quality, level)
-        worst = _worst_case(pairs, policy.metric) if policy.policy == "per_resolved" else None
-        if worst is not None and verdict.decision == PROMOTE:
-            w_estimate = _estimate(worst, policy.metric, level.cost, estimand)
-            w_verdict = stratified.judge(worst, policy, w_estimate, _quality(worst, level.drop), level)
-            bound = {"imputed_candidate_runs": sum(p.candidate["excluded_runs"] for p in pairs),
-                     "imputed_incumbent_runs": sum(p.incumbent["excluded_runs"] for p in pairs),
-                     "decision": w_verdict.decision,
-                     "estimate": w_estimate.to_dict(level.cost) if w_estimate else None}
-            if w_verdict.decision != PROMOTE:
-                verdict = stratified.Verdict(KEEP_INCUMBENT, [
-                    *verdict.reasons, "but not with every excluded candidate run counted as unresolved at its task's "
-                    "highest observed cost and every excluded incumbent run as resolved at its lowest: "
-                    + "; ".join(w_verdict.reasons)])
+        if verdict.decision == PROMOTE and policy.policy == "per_resolved":
+            verdict, bound = _survives_exclusions(pairs, policy, level, verdict)
     decision = INSUFFICIENT_EVIDENCE if reasons else verdict.decision
     excluded = sum(agg["excluded_runs"] for pair in pairs for agg in (pair.incumbent, pair.candidate))
     notes = [f"{excluded} run(s) excluded as harness faults (docs/formats.md, missing data)"] if excluded else []
@@ -164,6 +153,26 @@ def _estimate(pairs: Sequence[Pair], metric: str, alpha: float, estimand: str, *
     if estimand == "geometric":
         return stats.log_ratio([([v for v, _ in inc], [v for v, _ in cand]) for inc, cand in strata], alpha)
     return stats.per_resolved(strata, alpha)
+
+
+def _survives_exclusions(pairs: Sequence[Pair], policy: Policy, level: looks.Levels, verdict: stratified.Verdict
+                         ) -> tuple[stratified.Verdict, dict[str, Any] | None]:
+    """A promotion stands only if it would still stand with every excluded run put back at its worst; the bound
+    promotion.json carries, or None when no run was excluded."""
+    worst = _worst_case(pairs, policy.metric)
+    if worst is None:
+        return verdict, None
+    w_estimate = _estimate(worst, policy.metric, level.cost, "per_resolved")
+    w_verdict = stratified.judge(worst, policy, w_estimate, _quality(worst, level.drop), level)
+    bound = {"imputed_candidate_runs": sum(p.candidate["excluded_runs"] for p in pairs),
+             "imputed_incumbent_runs": sum(p.incumbent["excluded_runs"] for p in pairs),
+             "decision": w_verdict.decision, "estimate": w_estimate.to_dict(level.cost) if w_estimate else None}
+    if w_verdict.decision == PROMOTE:
+        return verdict, bound
+    return stratified.Verdict(KEEP_INCUMBENT, [
+        *verdict.reasons, "but not with every excluded candidate run counted as unresolved at its task's highest "
+        "observed cost and every excluded incumbent run as resolved at its lowest: " + "; ".join(w_verdict.reasons)]
+    ), bound
 
 
 def _worst_case(pairs: Sequence[Pair], metric: str) -> list[Pair] | None:
