@@ -51,10 +51,10 @@ def test_a_null_candidate_stops_for_futility_at_the_first_look(sides):
     rows = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
     assert {r["run"] for r in rows} == {1, 2} and bench["cells"] == bench["rows"] == len(rows)
     # the control ran beside the candidate in every block, and stopped with it
-    assert sorted((r["arm"], r["run"]) for r in rows) == [("candidate_workflow", 1), ("candidate_workflow", 2),
-                                                          ("workflow", 1), ("workflow", 2)]
+    assert sorted((r["arm"], r["run"]) for r in rows) == [
+        (arm, run) for arm in ("auto", "candidate_auto", "candidate_workflow", "workflow") for run in (1, 2)]
     assert {r["side"] for r in rows} == {"candidate"} and bench["controls"] == "interleaved"
-    controls = [r for r in rows if r["arm"] == "workflow"]
+    controls = [r for r in rows if r["arm"] in ("auto", "workflow")]
     stored = {tuple(r["session_ids"]) for r in sides[3]}
     assert all(r["overlay_digest"] is None and tuple(r["session_ids"]) not in stored for r in controls)  # new sessions
     record = sequential_record(load_side(out, "candidate"))  # what the gate will read: consistent with the rows

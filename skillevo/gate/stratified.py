@@ -59,6 +59,10 @@ def judge(pairs: Sequence[Pair], policy: Policy, estimate: stats.Estimate | None
         return Verdict(INSUFFICIENT_EVIDENCE, [f"{bound}: even with every run resolved it takes at least {needed} "
                                                "valid runs per arm over all tasks; raise sampling.runs"])
 
+    short = _too_few_for_tails(pairs, policy)
+    if short:  # quality can keep the incumbent on few runs; nothing can promote on them
+        return Verdict(INSUFFICIENT_EVIDENCE, [short])
+
     alone = levels.quality_alone
     rises = alone > 0 and q.increase_p_value is not None and q.increase_p_value <= alone
     rose = "" if not rises else (f"resolution rose ({shares}): the stratified test for an increase gives "
@@ -99,7 +103,7 @@ def judge(pairs: Sequence[Pair], policy: Policy, estimate: stats.Estimate | None
 
 def _missing_data(pairs: Sequence[Pair], policy: Policy) -> list[str]:
     """Every task needs min_runs valid runs per arm with the metric measured in each (and positive, for a log
-    scale), and each arm min_total_runs over all tasks."""
+    scale)."""
     metric, reasons = policy.metric, []
     for pair in pairs:
         n_inc, n_cand = pair.incumbent["valid_runs"], pair.candidate["valid_runs"]
@@ -114,12 +118,18 @@ def _missing_data(pairs: Sequence[Pair], policy: Policy) -> list[str]:
         elif policy.policy == "geometric" and any(v <= 0 for v in values):
             reasons.append(f"{pair.task}: {metric} is zero in {sum(1 for v in values if v <= 0)} valid run(s); the "
                            "log-scale test needs positive values (choose a metric with signal)")
-    if pairs and not reasons and policy.policy == "per_resolved":
-        totals = [sum(p.incumbent["valid_runs"] for p in pairs), sum(p.candidate["valid_runs"] for p in pairs)]
-        if min(totals) < policy.min_total_runs:
-            per_task = -(-policy.min_total_runs // len(pairs))
-            reasons.append(f"{min(totals)} valid runs in an arm over the {len(pairs)} gate task(s) (incumbent "
-                           f"{totals[0]}, candidate {totals[1]}): the cost test needs at least {policy.min_total_runs} "
-                           f"(gate.min_total_runs) before a costly behaviour in a few percent of runs is reliably "
-                           f"seen; run at least {per_task} per task (sampling.runs)")
     return reasons
+
+
+def _too_few_for_tails(pairs: Sequence[Pair], policy: Policy) -> str | None:
+    """Each arm needs min_total_runs valid runs over the gate's tasks before anything promotes (per_resolved): with
+    fewer, a costly behaviour in a few percent of runs often goes unseen (docs/gate.md)."""
+    if policy.policy != "per_resolved" or not pairs:
+        return None
+    totals = [sum(p.incumbent["valid_runs"] for p in pairs), sum(p.candidate["valid_runs"] for p in pairs)]
+    if min(totals) >= policy.min_total_runs:
+        return None
+    per_task = -(-policy.min_total_runs // len(pairs))
+    return (f"{min(totals)} valid runs in an arm over the {len(pairs)} gate task(s) (incumbent {totals[0]}, candidate "
+            f"{totals[1]}): the cost test needs at least {policy.min_total_runs} (gate.min_total_runs) before a costly "
+            f"behaviour in a few percent of runs is reliably seen; run at least {per_task} per task (sampling.runs)")
