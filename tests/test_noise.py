@@ -193,3 +193,14 @@ def test_the_server_reports_cached_usage_and_count_tokens_still_counts_everythin
     assert m1["usage"]["cache_creation_input_tokens"] > 0 and m2["usage"]["cache_read_input_tokens"] > 0
     total = tokens(len(json.dumps(_request(1))))
     assert sum(v for k, v in m2["usage"].items() if k != "output_tokens") == total
+
+
+def test_the_schemas_name_exactly_the_profiles_the_simulator_has():
+    """params.yaml and every bench.json read the profile names from one schema definition, which must be the
+    simulator's own list: a profile added in code alone would be refused, one in the schema alone would crash."""
+    from skillevo.schemas import load_schema
+    from skillevo.simulator.noise import PROFILES
+
+    assert load_schema("params")["$defs"]["noise_profile"]["enum"] == list(PROFILES)
+    bench = load_schema("bench-run")["properties"]["simulator"]["oneOf"][1]["properties"]["noise"]
+    assert bench == {"$ref": "params.schema.json#/$defs/noise_profile"}
