@@ -122,7 +122,7 @@ bench-pipeline: setup
 gate-study: setup
 	$(PY) -m benchmarks.gate_study --check $(if $(DECISIONS),--decisions $(DECISIONS))
 
-# How often the demo promotes its known-better candidate over simulator seeds (~2 min a seed).
+# How often the demo promotes its known-better candidate over simulator seeds (~5 min a seed).
 SEEDS ?= 20
 demo-seeds: setup
 	$(PY) -m benchmarks.demo_seeds --seeds $(SEEDS)

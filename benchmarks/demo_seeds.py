@@ -3,7 +3,7 @@
 Clones this checkout, then for each seed sets `simulator.seed` in the clone's params.yaml and runs the
 whole generation (`dvc repro`, every stage: the proposer sees that seed's evidence). Prints one line per
 seed, then the estimated improvement per arm over seeds and, last,
-`demo_promote_rate=<x> seeds=<n> min_improvement_pct=<m>`. About 2 minutes a seed on 2 cores.
+`demo_promote_rate=<x> seeds=<n> min_improvement_pct=<m>`. About 5 minutes a seed on 2 cores.
 
     python -m benchmarks.demo_seeds --seeds 20
 """
