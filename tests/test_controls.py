@@ -97,3 +97,25 @@ def test_a_block_missing_a_row_is_refused(tmp_path):
     with pytest.raises(BadInput, match=r"task 't2' run 3 has rows for \['workflow'\].*contemporaneous controls"):
         load_side(_write(tmp_path, rows), "candidate")
     assert json.loads((tmp_path / "cand" / "bench.json").read_text())["controls"] == "interleaved"
+
+
+def test_a_cell_names_its_moment_and_slot_to_the_simulator_and_a_control_its_candidate():
+    """The route is set on the host, out of the agent's reach: the simulator draws a bench's drift from the moment
+    and a cache window from the slot, so a candidate and the control beside it share both."""
+    from types import SimpleNamespace
+
+    from skillevo.bench.cell import _endpoint
+    from skillevo.simulator.noise import Route, parse_route
+
+    model = SimpleNamespace(simulated=True, endpoint="http://127.0.0.1:9")
+    base = dict(task=SimpleNamespace(id="t1"), run=2, model=model, moment="candidate/abc/replicate-0", slot=7)
+    control = SimpleNamespace(arm=SimpleNamespace(name="workflow"), overlay_digest=None, control_for="a" * 64, **base)
+    cand = SimpleNamespace(arm=SimpleNamespace(name="candidate_workflow"), overlay_digest="a" * 64,
+                           control_for=None, **base)
+    routes = [parse_route(_endpoint(spec, 1).removeprefix("http://127.0.0.1:9") + "/v1/messages")
+              for spec in (control, cand)]
+    assert all(isinstance(r, Route) for r in routes)
+    assert routes[0].moment == routes[1].moment and routes[0].slot == routes[1].slot == 7
+    assert routes[0].cell != routes[1].cell  # each arm's sessions draw their own noise
+    real = SimpleNamespace(**{**vars(cand), "model": SimpleNamespace(simulated=False, endpoint="https://api.example")})
+    assert _endpoint(real, 1) == "https://api.example"  # a real model is never told any of it
