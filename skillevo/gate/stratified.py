@@ -51,7 +51,7 @@ def judge(pairs: Sequence[Pair], policy: Policy, estimate: stats.Estimate | None
                                         f"{policy.quality_alpha:g}"])
     if q.drop_upper_pct > policy.max_resolution_drop_pct:
         bound = (f"a resolution drop of up to {q.drop_upper_pct:.1f} points cannot be ruled out at "
-                 f"{100 * (1 - levels.drop):.4g}% confidence ({shares}; at most {policy.max_resolution_drop_pct:g} "
+                 f"{100 * (1 - levels.drop):.6g}% confidence ({shares}; at most {policy.max_resolution_drop_pct:g} "
                  "allowed)")
         if q.drop_pct > 0:
             return Verdict(KEEP_INCUMBENT, [f"resolution fell by {q.drop_pct:.1f} points and {bound}"])
