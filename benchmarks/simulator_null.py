@@ -4,15 +4,21 @@ make gate-study draws costs from a model. Here the simulator plays the model thr
 under its `drifting` profile (realistic noise, plus drift between measuring moments and prompt-cache windows
 warm or cold along a bench's order; docs/simulator.md). The candidate is the incumbent with one more newline at
 the end of its `work` skill (a bench refuses an overlay that changes nothing; one token among some 17,000 of the
-prompt is a null), benchmarked in M moments as the bench runs a candidate side: the `auto`
-candidate arm beside its control, interleaved in blocks of (task, run), POOL runs each per gate task. A/A
-benches are drawn from those pools and decided by the real gate (params.yaml's policy), two ways:
+prompt is a null), benchmarked in M moments as the bench runs a candidate side: the `auto` candidate arm beside
+its control, interleaved in blocks of (task, run), POOL runs each per gate task.
 
-- interleaved (what skillevo runs): the candidate's RUNS runs and the control's RUNS runs from one moment;
-- separate (the design before it): the control's runs from one moment, the candidate's from another, as when the
-  incumbent side measured weeks earlier stood in for the control.
+A/A benches are then drawn from those runs and decided by the real gate (params.yaml's policy). Within a moment
+the candidate's and the control's runs are one pool (they are the same skills measured side by side), and each
+bench draws 2 x RUNS runs per gate task from it without replacement and labels half of them at random as the
+candidate: an exact null whatever the pool's own luck, with the moment's drift and cache windows on both arms.
+Two ways:
 
-Every promotion is false. The last line is
+- interleaved (what skillevo runs): both arms from one moment's pool;
+- separate (the design before it): the control from one moment's pool, the candidate from another's, as when
+  the incumbent side measured weeks earlier stood in for the control.
+
+Every promotion is false. The rows are kept in results/gate-study-simulator/moments.jsonl (--reuse decides again
+on them without a session). The last line is
 `simulator_null moments=<m> pool=<n> resamples=<r> false_promotion_interleaved=<x> false_promotion_separate=<y>
 alpha=<a> bound=<alpha + 3 standard errors>`.
 
@@ -22,6 +28,7 @@ alpha=<a> bound=<alpha + 3 standard errors>`.
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import os
 import random
@@ -77,23 +84,37 @@ def moments(count: int, pool: int, seed: int) -> tuple[list[str], list[list[dict
     return tasks, sides
 
 
-def _draw(rows: list[dict], task: str, arm: str, as_arm: str, rng: random.Random) -> list[dict]:
-    chosen = rng.sample([r for r in rows if r["task"] == task and r["arm"] == arm], RUNS)
-    return [dict(r, arm=as_arm, run=i) for i, r in enumerate(chosen, start=1)]
+def _pools(tasks: list[str], sides: list[list[dict]]) -> list[dict[str, list[dict]]]:
+    """Per moment and gate task, every run of both arms: under the null they are one sample of that moment."""
+    return [{task: [r for r in rows if r["task"] == task] for task in tasks} for rows in sides]
+
+
+def _bench(control: dict[str, list[dict]], candidate: dict[str, list[dict]], same: bool, rng: random.Random
+           ) -> list[dict]:
+    """One A/A bench: RUNS runs per task and arm drawn without replacement; from one pool (`same`), a random half
+    of the draws is labelled the candidate."""
+    rows = []
+    for task in control:
+        if same:
+            drawn = rng.sample(control[task], 2 * RUNS)
+            mine, theirs = drawn[:RUNS], drawn[RUNS:]
+        else:
+            mine, theirs = rng.sample(control[task], RUNS), rng.sample(candidate[task], RUNS)
+        rows += [dict(r, arm=gate_model.INCUMBENT, run=i) for i, r in enumerate(mine, start=1)]
+        rows += [dict(r, arm=gate_model.CANDIDATE, run=i) for i, r in enumerate(theirs, start=1)]
+    return rows
 
 
 def study(tasks: list[str], sides: list[list[dict]], resamples: int, seed: int) -> dict[str, float]:
     policy = config.load(ROOT / "params.yaml").gate
+    pools = _pools(tasks, sides)
     rng = random.Random(f"simulator-null {seed}")
-    control, candidate = ARM, CANDIDATE_PREFIX + ARM
     promoted = {"interleaved": 0, "separate": 0}
     for _ in range(resamples):
-        here = rng.randrange(len(sides))
-        there = rng.choice([m for m in range(len(sides)) if m != here])
-        for way, source in (("interleaved", here), ("separate", there)):
-            rows = [row for task in tasks for row in (
-                *_draw(sides[here], task, control, gate_model.INCUMBENT, rng),
-                *_draw(sides[source], task, candidate, gate_model.CANDIDATE, rng))]
+        here = rng.randrange(len(pools))
+        there = rng.choice([m for m in range(len(pools)) if m != here])
+        for way, rows in (("interleaved", _bench(pools[here], pools[here], True, rng)),
+                          ("separate", _bench(pools[here], pools[there], False, rng))):
             promoted[way] += gate_model.decide(rows, policy, tasks=tasks) == "promote"
     return {way: n / resamples for way, n in promoted.items()}
 
@@ -116,12 +137,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--pool", type=int, default=20, help="runs per (task, arm) in each moment [%(default)s]")
     parser.add_argument("--resamples", type=int, default=1000, help="A/A benches drawn [%(default)s]")
     parser.add_argument("--seed", type=int, default=0, help="the simulator's seed [%(default)s]")
+    parser.add_argument("--reuse", action="store_true", help="decide again on the kept moments, no session")
     args = parser.parse_args(argv)
     if args.pool < RUNS or args.moments < 2:
         parser.error(f"--pool must be at least {RUNS} (each bench draws {RUNS} runs an arm) and --moments at least 2")
-    if not os.environ.get("SKILLEVO_CLAUDE"):
+    if not os.environ.get("SKILLEVO_CLAUDE") and not args.reuse:
         raise SystemExit("run through `make gate-study-simulator` (it sets SKILLEVO_CLAUDE to the pinned CLI)")
-    tasks, sides = moments(args.moments, args.pool, args.seed)
+    kept = ROOT / "results/gate-study-simulator/moments.jsonl"
+    if args.reuse:
+        found = [json.loads(line) for line in kept.read_text().splitlines()]
+        tasks, sides = found[0]["tasks"], [m["rows"] for m in found]
+    else:
+        tasks, sides = moments(args.moments, args.pool, args.seed)
+        kept.parent.mkdir(parents=True, exist_ok=True)
+        kept.write_text("".join(json.dumps({"tasks": tasks, "rows": rows}) + "\n" for rows in sides))
     describe(tasks, sides)
     rates = study(tasks, sides, args.resamples, args.seed)
     alpha = config.load(ROOT / "params.yaml").gate.alpha
