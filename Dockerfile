@@ -19,7 +19,7 @@ ARG DEBIAN_FRONTEND=noninteractive
 RUN apt-get update \
  && apt-get install -y --no-install-recommends nodejs npm ca-certificates \
  && rm -rf /var/lib/apt/lists/*
-# The default must equal CLAUDE_CODE_VERSION in skillevo/pins.py (the final stage checks); `make image`
+# The default must equal CLAUDE_CODE_VERSION in skillevo/core/pins.py (the final stage checks); `make image`
 # passes the value from pins.py.
 ARG CLAUDE_CODE_VERSION=2.1.332
 RUN --mount=type=secret,id=ca_bundle \
@@ -86,8 +86,8 @@ COPY --chown=${AGENT_UID}:${AGENT_UID} . /work
 # SC2016: `$(INSTALLED)` is for make to expand (the Makefile's stamp path), not the shell.
 # hadolint ignore=SC2016
 RUN --mount=type=secret,id=ca_bundle \
-    grep -qx "CLAUDE_CODE_VERSION = \"${CLAUDE_CODE_VERSION}\"" skillevo/pins.py \
-      || { echo "build ARG CLAUDE_CODE_VERSION=${CLAUDE_CODE_VERSION} is not the version pinned in skillevo/pins.py" >&2; exit 1; } \
+    grep -qx "CLAUDE_CODE_VERSION = \"${CLAUDE_CODE_VERSION}\"" skillevo/core/pins.py \
+      || { echo "build ARG CLAUDE_CODE_VERSION=${CLAUDE_CODE_VERSION} is not the version pinned in skillevo/core/pins.py" >&2; exit 1; } \
  && if [ -s /run/secrets/ca_bundle ]; then \
       cat /etc/ssl/certs/ca-certificates.crt /run/secrets/ca_bundle > /tmp/ca.pem; export PIP_CERT=/tmp/ca.pem; \
     fi \

@@ -6,7 +6,7 @@ PYTHON ?= python3
 VENV ?= .venv
 TOOLS ?= .tools
 PY := $(VENV)/bin/python
-CLAUDE_CODE_VERSION := $(shell sed -n 's/^CLAUDE_CODE_VERSION = "\(.*\)"/\1/p' skillevo/pins.py)
+CLAUDE_CODE_VERSION := $(shell sed -n 's/^CLAUDE_CODE_VERSION = "\(.*\)"/\1/p' skillevo/core/pins.py)
 CLAUDE_PREFIX := $(TOOLS)/claude-code-$(CLAUDE_CODE_VERSION)
 CLAUDE_BIN := $(CLAUDE_PREFIX)/node_modules/.bin/claude
 INSTALLED := $(VENV)/.installed-$(shell sha256sum pyproject.toml | cut -c1-16)
@@ -90,7 +90,7 @@ $(VEGA)/.installed:
 
 # Record the skill family's execute bits in skill-modes.json (the bench refuses a family that disagrees).
 modes: setup
-	$(PY) -m skillevo.modes --write
+	$(PY) -m skillevo.core.modes --write
 
 # Outputs, the run-cache and the cell store (docs/cell-store.md), all to the default DVC remote.
 push: setup

@@ -17,7 +17,7 @@ base_image=localhost/skillevo-base:bookworm
 image=localhost/skillevo:ci
 ca_bundle=${SKILLEVO_CA_BUNDLE:-/etc/ssl/certs/ca-certificates.crt}
 venv=${VENV:-.venv}
-pinned=$(sed -n 's/^CLAUDE_CODE_VERSION = "\(.*\)"/\1/p' skillevo/pins.py)
+pinned=$(sed -n 's/^CLAUDE_CODE_VERSION = "\(.*\)"/\1/p' skillevo/core/pins.py)
 image_uid=10001
 
 start=$SECONDS

@@ -29,12 +29,13 @@ import time
 from pathlib import Path
 
 from benchmarks import bare
-from skillevo import config, layout, models, sandbox, tasks, workspace
+from skillevo import sandbox, workspace
 from skillevo.agent import cli
 from skillevo.bench.cell import CellSpec, run_cell
 from skillevo.bench.executor import LocalExecutor
 from skillevo.bench.side import SidePlan, build_cells, plan
-from skillevo.config import Params
+from skillevo.core import config, layout, models, tasks
+from skillevo.core.config import Params
 from skillevo.simulator import Simulator, load_dir
 from skillevo.simulator.latency import PROFILES, SONNET_4_6, Latency
 

@@ -21,7 +21,7 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from skillevo import config, layout
+from skillevo.core import config, layout
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -39,11 +39,11 @@ from pathlib import Path
 import yaml
 
 from benchmarks import gate_model
-from skillevo import config
 from skillevo.bench.side import plan, run_side
+from skillevo.core import config
+from skillevo.core.results import load_side
 from skillevo.freeze import freeze
 from skillevo.gate import build_promotion, load_freeze
-from skillevo.results import load_side
 
 ROOT = Path(__file__).resolve().parents[1]
 RUNS = 16  # ours: the most candidate runs per (task, arm): 3 gate tasks x 14 reach gate.min_total_runs 40

@@ -22,10 +22,10 @@ import math
 import random
 from dataclasses import dataclass, field, replace
 
-from skillevo import sampling
-from skillevo.config import Policy, SamplingParams
+from skillevo.core import sampling
+from skillevo.core.config import Policy, SamplingParams
+from skillevo.core.results import MEDIAN_FIELDS, aggregate
 from skillevo.gate import decide_arm
-from skillevo.results import MEDIAN_FIELDS, aggregate
 
 INCUMBENT, CANDIDATE = "workflow", "candidate_workflow"
 TASKS = {"t1": 0.5, "t2": 1.0, "t3": 2.0, "t4": 4.0}  # base cost per run, USD

@@ -1,7 +1,7 @@
 """`make gate-study`: the gate's error rates about what a team pays, measured by simulation against its own code.
 
 Each decision builds result rows for 4 tasks (base cost 0.5 to 4 USD a run) and both arms, in the order a
-bench measures them, and runs them through skillevo.results.aggregate and skillevo.gate.decide_arm with the
+bench measures them, and runs them through skillevo.core.results.aggregate and skillevo.gate.decide_arm with the
 params.yaml policy (benchmarks/gate_model.py has the model and every scenario). A scenario's truth is the
 candidate's dollars per resolved task over the task set relative to the incumbent's; a promotion of a scenario
 whose truth is not below 1 is a false promotion. The geometric-mean test (`gate.policy: geometric`, the gate
@@ -46,7 +46,7 @@ from benchmarks.gate_model import (
     simulate_sequential,
 )
 from benchmarks.gate_study_report import Study, write
-from skillevo import config
+from skillevo.core import config
 
 PARTS = ("grid", "robust", "power", "sequential", "evolve")
 NULLS = tuple(s.name for s in SCENARIOS if is_null(s))

@@ -41,9 +41,9 @@ from pathlib import Path
 import yaml
 
 from benchmarks import gate_model
-from skillevo import config
 from skillevo.bench.side import plan, run_side
-from skillevo.layout import CANDIDATE_PREFIX
+from skillevo.core import config
+from skillevo.core.layout import CANDIDATE_PREFIX
 
 ROOT = Path(__file__).resolve().parents[1]
 ARM = "auto"

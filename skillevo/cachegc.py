@@ -22,8 +22,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from skillevo import cellstore, documents, layout, stage
-from skillevo.errors import BrokenEnvironment
+from skillevo import cellstore
+from skillevo.core import documents, layout, stage
+from skillevo.core.errors import BrokenEnvironment
 
 DAY_S = 86400
 

@@ -35,12 +35,13 @@ from typing import Any
 
 from tqdm import tqdm
 
-from skillevo import documents, harness, layout, pins, safefs, stage
+from skillevo import harness
 from skillevo.bench.cell import CellResult, CellSpec
-from skillevo.digests import canonical_json, sha256_bytes, sha256_json
-from skillevo.errors import BadInput, BrokenEnvironment
-from skillevo.results import EXCLUDED_ERROR_KINDS, check_row_transcripts
-from skillevo.schemas import validate
+from skillevo.core import documents, layout, pins, safefs, stage
+from skillevo.core.digests import canonical_json, sha256_bytes, sha256_json
+from skillevo.core.errors import BadInput, BrokenEnvironment
+from skillevo.core.results import EXCLUDED_ERROR_KINDS, check_row_transcripts
+from skillevo.core.schemas import validate
 
 FORMAT = "skillevo-cell/1"
 ENTRIES = "v1"

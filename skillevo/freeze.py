@@ -5,7 +5,7 @@ requires, and the committed sha256 of every file an apply would replace (the can
 copy in every mirror), or, for a file the overlay adds, that nothing is there at HEAD or in the working tree
 (null): apply creates it only where nothing is. A mirror is a byte copy of the canonical family: one that has
 drifted was never measured, so freeze refuses it rather than let apply overwrite it. An overlay that makes,
-once normalised, the change the gate already found futile against this incumbent (skillevo.memory) is refused:
+once normalised, the change the gate already found futile against this incumbent (skillevo.core.memory) is refused:
 measuring it again would pay for a verdict we have.
 """
 
@@ -17,13 +17,13 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-from skillevo import arms, documents, layout, memory, overlay, safefs
-from skillevo import tasks as tasks_mod
-from skillevo.config import Params
-from skillevo.digests import sha256_bytes
-from skillevo.errors import BadInput, BrokenEnvironment
-from skillevo.oracle_guard import OracleGuard
-from skillevo.schemas import validate
+from skillevo.core import arms, documents, layout, memory, overlay, safefs
+from skillevo.core import tasks as tasks_mod
+from skillevo.core.config import Params
+from skillevo.core.digests import sha256_bytes
+from skillevo.core.errors import BadInput, BrokenEnvironment
+from skillevo.core.oracle_guard import OracleGuard
+from skillevo.core.schemas import validate
 
 MANIFEST = "manifest.json"
 OVERLAY = "overlay"

@@ -7,7 +7,7 @@
 Each generation is archived under generations/gen-NNN/ (tracked by DVC, so `make push` shares it). At the start
 of each generation, before `dvc repro`, the memory is rebuilt from that archive: previous/memory/ gets the newest
 rejected generation's candidate side, gate verdict and proposal, and rejected.json every candidate rejected
-against the current incumbent (skillevo.memory); `dvc add` records it in previous/memory.dvc. Handing on at the
+against the current incumbent (skillevo.core.memory); `dvc add` records it in previous/memory.dvc. Handing on at the
 start, not the end, keeps previous/ equal to what dvc.lock recorded, so `dvc status` is clean after evolve and a
 teammate's `dvc repro --pull` reproduces the last generation as it ran (docs/generations.md).
 
@@ -29,9 +29,9 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from skillevo import config, documents, layout, memory, safefs, stage
-from skillevo.digests import sha256_file
-from skillevo.errors import BadInput, SkillevoError
+from skillevo.core import config, documents, layout, memory, safefs, stage
+from skillevo.core.digests import sha256_file
+from skillevo.core.errors import BadInput, SkillevoError
 
 RESULTS = layout.RESULTS
 PREVIOUS = layout.PREVIOUS

@@ -13,14 +13,14 @@ import functools
 import subprocess
 from pathlib import Path
 
-from skillevo.digests import framed_digest, sha256_json
+from skillevo.core.digests import framed_digest, sha256_json
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("skillevo", "stages")
 BENCH_SCRIPT = "stages/bench.py"
 # Files a module reads at run time besides its imports.
 DATA = {
-    "skillevo/schemas.py": {"schemas"},  # every schema is in the registry (schemas refer to each other)
+    "skillevo/core/schemas.py": {"schemas"},  # every schema is in the registry (schemas refer to each other)
     "skillevo/sandbox/__init__.py": {"skillevo/sandbox/launch.sh"},
     "skillevo/bench/checks.py": {"skillevo/bench/pyboot/sitecustomize.py", "skillevo/bench/pyboot/pytest.ini"},
 }

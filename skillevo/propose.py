@@ -11,11 +11,11 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from skillevo import documents, frontmatter, layout, overlay, safefs
 from skillevo.agent import SessionSpec, run_session
-from skillevo.errors import BadInput
-from skillevo.models import Credential, Model
-from skillevo.oracle_guard import OracleGuard
+from skillevo.core import documents, frontmatter, layout, overlay, safefs
+from skillevo.core.errors import BadInput
+from skillevo.core.models import Credential, Model
+from skillevo.core.oracle_guard import OracleGuard
 from skillevo.sandbox import Mount
 
 EVIDENCE_DST = "/evidence"

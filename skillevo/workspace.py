@@ -17,8 +17,8 @@ import tarfile
 from collections.abc import Collection, Mapping
 from pathlib import Path
 
-from skillevo.errors import BadInput, BrokenEnvironment
-from skillevo.tasks import Task, archive, dir_entries
+from skillevo.core.errors import BadInput, BrokenEnvironment
+from skillevo.core.tasks import Task, archive, dir_entries
 
 _GIT_ENV = {
     "GIT_CONFIG_NOSYSTEM": "1", "GIT_CONFIG_GLOBAL": "/dev/null", "GIT_TERMINAL_PROMPT": "0",

@@ -12,9 +12,9 @@ from dataclasses import fields
 from datetime import datetime, timezone
 from pathlib import Path
 
-from skillevo import layout, stage
 from skillevo.apply import ApplyPaths, Fault, apply_promotion, revert
-from skillevo.errors import BadInput
+from skillevo.core import layout, stage
+from skillevo.core.errors import BadInput
 
 EPILOG = """\
 beside --receipt: receipt.json (what was replaced), originals/<sha256> (what --revert restores), and after an

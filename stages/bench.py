@@ -17,8 +17,8 @@ import argparse
 import sys
 from pathlib import Path
 
-from skillevo import layout, stage
 from skillevo.bench.side import plan, run_side
+from skillevo.core import layout, stage
 
 
 def parser() -> argparse.ArgumentParser:

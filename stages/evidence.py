@@ -18,8 +18,8 @@ import argparse
 import sys
 from pathlib import Path
 
-from skillevo import layout, stage
-from skillevo.errors import BadInput
+from skillevo.core import layout, stage
+from skillevo.core.errors import BadInput
 from skillevo.evidence import make_bundle, write_bundle
 
 

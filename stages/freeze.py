@@ -16,7 +16,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from skillevo import layout, memory, stage
+from skillevo.core import layout, memory, stage
 from skillevo.freeze import freeze
 
 

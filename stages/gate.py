@@ -15,10 +15,10 @@ import sys
 from datetime import datetime, timezone
 from pathlib import Path
 
-from skillevo import layout, stage
+from skillevo.core import layout, stage
+from skillevo.core.results import load_side
 from skillevo.gate import build_promotion, load_freeze, write_outputs, write_promotion
 from skillevo.gate.policy import metric_warning
-from skillevo.results import load_side
 
 
 def parser() -> argparse.ArgumentParser:

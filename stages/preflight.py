@@ -14,8 +14,8 @@ import argparse
 import sys
 from pathlib import Path
 
-from skillevo import documents, layout, safefs, sampling, stage, tasks
-from skillevo.results import load_side
+from skillevo.core import documents, layout, safefs, sampling, stage, tasks
+from skillevo.core.results import load_side
 
 
 def parser() -> argparse.ArgumentParser:

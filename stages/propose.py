@@ -13,8 +13,9 @@ import sys
 from contextlib import ExitStack
 from pathlib import Path
 
-from skillevo import layout, models, overlay, propose, stage
-from skillevo.errors import BrokenEnvironment
+from skillevo import propose
+from skillevo.core import layout, models, overlay, stage
+from skillevo.core.errors import BrokenEnvironment
 from skillevo.simulator import Simulator, load_dir
 from skillevo.simulator.proposer import SimulatedProposer
 

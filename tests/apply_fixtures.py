@@ -16,11 +16,11 @@ from pathlib import Path
 
 import yaml
 
-from skillevo import config, tasks
 from skillevo.apply import ApplyPaths
+from skillevo.core import config, tasks
+from skillevo.core.results import load_side
 from skillevo.freeze import freeze
 from skillevo.gate import build_promotion, write_promotion
-from skillevo.results import load_side
 from tests.bench_fixtures import make_mini
 from tests.gate_rows import CANDIDATE, INCUMBENT, bench, controls, runs, write_side
 

@@ -12,8 +12,8 @@ import functools
 import sys
 import time
 
-from skillevo import stage
 from skillevo.apply import Fault
+from skillevo.core import stage
 from stages import apply as apply_stage
 
 

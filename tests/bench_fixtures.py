@@ -7,7 +7,7 @@ from pathlib import Path
 
 import yaml
 
-from skillevo import config
+from skillevo.core import config
 
 ROOT = Path(__file__).resolve().parents[1]
 CANARY = "skillevo-oracle-canary: 0f3a9c1e5b7d2468"

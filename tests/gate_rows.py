@@ -9,9 +9,9 @@ import json
 from pathlib import Path
 from typing import Any
 
-from skillevo.digests import canonical_json, sha256_bytes
-from skillevo.limits import Limits
-from skillevo.results import EXCLUDED_ERROR_KINDS, Side
+from skillevo.core.digests import canonical_json, sha256_bytes
+from skillevo.core.limits import Limits
+from skillevo.core.results import EXCLUDED_ERROR_KINDS, Side
 
 INCUMBENT, CANDIDATE = "workflow", "candidate_workflow"
 OVERLAY = "a" * 64

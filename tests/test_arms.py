@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from skillevo import arms, config
-from skillevo.errors import BadInput
+from skillevo.core import arms, config
+from skillevo.core.errors import BadInput
 
 FAMILY = {"plan", "work"}
 TASK = "{prompt}\nRun the verification before you finish."

@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 
 from skillevo.bench.side import plan, run_side
+from skillevo.core.results import load_side
 from skillevo.gate import build_promotion
-from skillevo.results import load_side
 from tests.bench_fixtures import ROOT, params
 from tests.gate_rows import freeze
 

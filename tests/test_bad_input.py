@@ -12,8 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from skillevo import models, safefs, sandbox
+from skillevo import sandbox
 from skillevo.agent import SessionSpec, cli, run_session
+from skillevo.core import models, safefs
 from skillevo.sandbox import process
 from skillevo.simulator import Simulator, demo
 from stages import bench as bench_stage

@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from skillevo import models
 from skillevo.bench.cell import run_cell
 from skillevo.bench.side import build_cells, plan, run_side
-from skillevo.digests import sha256_bytes
-from skillevo.schemas import validate
+from skillevo.core import models
+from skillevo.core.digests import sha256_bytes
+from skillevo.core.schemas import validate
 from skillevo.simulator import EscapeTargets, Simulator, load_all
 from tests.bench_fixtures import CANARY, ROOT, make_mini, params, write_params
 from tests.conftest import session_processes

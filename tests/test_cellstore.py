@@ -18,10 +18,11 @@ from pathlib import Path
 
 import pytest
 
-from skillevo import cellstore, harness, models
+from skillevo import cellstore, harness
 from skillevo.bench.side import build_cells, plan, run_side
-from skillevo.digests import canonical_json, sha256_json
-from skillevo.limits import Limits
+from skillevo.core import models
+from skillevo.core.digests import canonical_json, sha256_json
+from skillevo.core.limits import Limits
 from tests.bench_fixtures import ROOT, make_mini, params, write_params
 
 CTX = cellstore.Context(harness="h" * 64, replicate=0, simulator={"noise": "none", "seed": 0, "playbooks": "p"})

@@ -8,9 +8,9 @@ from datetime import date
 import pytest
 import yaml
 
-from skillevo import config, documents
-from skillevo.errors import BadInput
-from skillevo.schemas import load_schema
+from skillevo.core import config, documents
+from skillevo.core.errors import BadInput
+from skillevo.core.schemas import load_schema
 from tests.bench_fixtures import ROOT
 
 ARMS = {"a": {"sessions": [{"skill": "work", "prompt": "{prompt}"}]}}

@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from skillevo.arms import Arm, Session, candidate
 from skillevo.bench.side import SidePlan, interleaved
-from skillevo.errors import BadInput
-from skillevo.results import load_side
+from skillevo.core.arms import Arm, Session, candidate
+from skillevo.core.errors import BadInput
+from skillevo.core.results import load_side
 from tests.gate_rows import CANDIDATE, INCUMBENT, bench, controls, runs, write_side
 
 

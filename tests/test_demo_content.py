@@ -34,8 +34,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from skillevo.arms import AUTO, NONE
-from skillevo.schemas import validate
+from skillevo.core.arms import AUTO, NONE
+from skillevo.core.schemas import validate
 from skillevo.simulator import agent, playbook
 from skillevo.simulator.conversation import Conversation
 

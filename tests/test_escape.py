@@ -11,8 +11,8 @@ import pytest
 
 from skillevo import sandbox
 from skillevo.agent import SessionSpec, run_session
-from skillevo.models import API_KEY_ENV, Credential
-from skillevo.results import read_artifact
+from skillevo.core.models import API_KEY_ENV, Credential
+from skillevo.core.results import read_artifact
 from skillevo.simulator import EscapeTargets, Simulator
 from tests.conftest import PLANTED_KEY, PROMPT, SKILL, make_workspace, session_processes
 

@@ -22,16 +22,16 @@ from typing import Any
 import pytest
 import yaml
 
-from skillevo import config, documents, memory
 from skillevo import evidence as ev
-from skillevo import tasks as tasks_mod
 from skillevo.agent import transcript
-from skillevo.digests import canonical_json, sha256_bytes
-from skillevo.errors import BadInput
+from skillevo.core import config, documents, memory
+from skillevo.core import tasks as tasks_mod
+from skillevo.core.digests import canonical_json, sha256_bytes
+from skillevo.core.errors import BadInput
+from skillevo.core.oracle_guard import OracleGuard
+from skillevo.core.redact import env_secrets
+from skillevo.core.schemas import validate
 from skillevo.evidence.compact import compact_jsonl, compact_text
-from skillevo.oracle_guard import OracleGuard
-from skillevo.redact import env_secrets
-from skillevo.schemas import validate
 from stages import evidence as stage
 from tests import gate_rows
 
@@ -97,7 +97,7 @@ def promotion() -> dict[str, Any]:
     """A promotion.json made by the real gate code, its one decision's reasons replaced (a secret planted)."""
     from datetime import datetime, timezone
 
-    from skillevo.config import Policy
+    from skillevo.core.config import Policy
     from skillevo.gate import build_promotion
     from tests.test_gate_promotion import promoting_rows
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from skillevo import config
+from skillevo.core import config
 from tests.bench_fixtures import ROOT
 from tests.test_pipeline import clone_of_head, make, run
 

@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from skillevo import config, layout, memory, overlay
-from skillevo.errors import BadInput
+from skillevo.core import config, layout, memory, overlay
+from skillevo.core.errors import BadInput
+from skillevo.core.schemas import validate
 from skillevo.freeze import freeze
-from skillevo.schemas import validate
 from tests.bench_fixtures import ROOT
 
 WASTEFUL = "Read every module of the package end to end"
@@ -281,7 +281,7 @@ def test_an_uncommitted_file_in_the_canonical_skill_is_refused_as_part_of_the_fa
         _freeze(repo, _with_new_file(tmp_path / "again"))
 
 
-# ------------------------------------------------------------------------------ rejected candidates (skillevo.memory)
+# ------------------------------------------------------------------------- rejected candidates (skillevo.core.memory)
 
 INCUMBENT = (ROOT / "skills/work/SKILL.md").read_text()
 WITHOUT = "".join(l for l in INCUMBENT.splitlines(True) if WASTEFUL not in l)  # the change the gate rejected

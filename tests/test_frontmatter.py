@@ -9,11 +9,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from skillevo import config, frontmatter, layout
 from skillevo.apply.common import ApplyPaths, ApplyRefused
 from skillevo.apply.inputs import check_headers
 from skillevo.bench.side import plan
-from skillevo.errors import BadInput
+from skillevo.core import config, frontmatter, layout
+from skillevo.core.errors import BadInput
 from skillevo.gate.report import overlay_section
 from tests.bench_fixtures import ROOT
 from tests.test_freeze import _freeze, _overlay, repo  # noqa: F401 - repo is a fixture

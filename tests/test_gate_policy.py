@@ -8,13 +8,13 @@ from pathlib import Path
 
 import pytest
 
-from skillevo import config
-from skillevo.config import Policy
-from skillevo.errors import BadInput
+from skillevo.core import config
+from skillevo.core.config import Policy
+from skillevo.core.errors import BadInput
+from skillevo.core.models import is_floating
+from skillevo.core.results import aggregate
 from skillevo.gate import decide, decide_arm
 from skillevo.gate.policy import MAIN_LOOP_ONLY_WARNING, improvement_pct
-from skillevo.models import is_floating
-from skillevo.results import aggregate
 from tests.gate_rows import CANDIDATE, INCUMBENT, paired, row, runs
 
 MODEL = "skillevo-sim-1"

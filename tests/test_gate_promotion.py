@@ -9,8 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from skillevo.config import Policy
-from skillevo.errors import BadInput
+from skillevo.core.config import Policy
+from skillevo.core.errors import BadInput
+from skillevo.core.results import Side
+from skillevo.core.schemas import first_error, schema_validator
 from skillevo.gate import (
     PromotionRefused,
     build_promotion,
@@ -20,8 +22,6 @@ from skillevo.gate import (
     validate_for_apply,
     write_promotion,
 )
-from skillevo.results import Side
-from skillevo.schemas import first_error, schema_validator
 from tests.gate_rows import (
     CANDIDATE,
     DESTINATIONS,

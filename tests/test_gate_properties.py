@@ -9,9 +9,9 @@ from fractions import Fraction
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from skillevo.config import Policy
+from skillevo.core.config import Policy
+from skillevo.core.results import EXCLUDED_ERROR_KINDS, aggregate
 from skillevo.gate import build_promotion, decide_arm, recompute_decisions
-from skillevo.results import EXCLUDED_ERROR_KINDS, aggregate
 from tests.gate_rows import CANDIDATE, INCUMBENT, freeze, row, sides
 
 NOW = datetime(2025, 3, 1, tzinfo=timezone.utc)

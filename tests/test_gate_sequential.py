@@ -12,14 +12,14 @@ from pathlib import Path
 import pytest
 
 from skillevo import stats
-from skillevo.config import Policy
-from skillevo.errors import BadInput
+from skillevo.core.config import Policy
+from skillevo.core.errors import BadInput
+from skillevo.core.results import Side, aggregate, load_side, sequential_record
+from skillevo.core.schemas import first_error, schema_validator
 from skillevo.gate import PromotionRefused, build_promotion, decide_arm, pipeline_bindings, validate_for_apply
 from skillevo.gate.looks import Levels, levels
 from skillevo.gate.looks import binding as looks_binding
 from skillevo.gate.report import render_report
-from skillevo.results import Side, aggregate, load_side, sequential_record
-from skillevo.schemas import first_error, schema_validator
 from tests.gate_rows import CANDIDATE, INCUMBENT, bench, controls, freeze, runs, sides, write_side
 
 NOW = datetime(2025, 3, 1, 12, 0, tzinfo=timezone.utc)

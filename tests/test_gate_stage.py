@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from skillevo.schemas import first_error, schema_validator
+from skillevo.core.schemas import first_error, schema_validator
 from stages import gate as stage
 from tests.gate_rows import CANDIDATE, INCUMBENT, bench, controls, freeze, row, runs, write_side
 

@@ -14,9 +14,9 @@ import pytest
 from scipy import stats as sps
 
 from skillevo import stats
-from skillevo.config import Policy
+from skillevo.core.config import Policy
+from skillevo.core.results import aggregate
 from skillevo.gate import decide_arm
-from skillevo.results import aggregate
 from tests.gate_rows import CANDIDATE, INCUMBENT, runs
 
 MODEL = "skillevo-sim-1"

@@ -16,14 +16,15 @@ from pathlib import Path
 
 import pytest
 
-from skillevo import models, sandbox
+from skillevo import sandbox
 from skillevo.agent import SessionSpec, cli
 from skillevo.bench import ray_executor
 from skillevo.bench.ray_executor import RayExecutor
 from skillevo.bench.side import plan, run_side
-from skillevo.errors import BrokenEnvironment
-from skillevo.models import API_KEY_ENV, AUTH_TOKEN_ENV, Credential
-from skillevo.redact import REDACTED, env_secrets, redact_obj, redact_text
+from skillevo.core import models
+from skillevo.core.errors import BrokenEnvironment
+from skillevo.core.models import API_KEY_ENV, AUTH_TOKEN_ENV, Credential
+from skillevo.core.redact import REDACTED, env_secrets, redact_obj, redact_text
 from skillevo.sandbox import process
 from skillevo.simulator import Simulator, load_all
 from tests.bench_fixtures import ROOT, make_mini, params
@@ -51,7 +52,7 @@ def test_the_token_is_sent_as_bearer_and_the_key_as_x_api_key():
 
 
 def test_when_both_are_set_the_token_wins_as_in_the_cli_and_says_so(caplog):
-    with caplog.at_level(logging.WARNING, logger="skillevo.models"):
+    with caplog.at_level(logging.WARNING, logger="skillevo.core.models"):
         both = models.credential({AUTH_TOKEN_ENV: TOKEN, API_KEY_ENV: OTHER_KEY})
     assert (both.env, both.secret) == (AUTH_TOKEN_ENV, TOKEN)
     [warning] = caplog.messages

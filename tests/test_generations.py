@@ -61,7 +61,7 @@ def test_a_generation_served_entirely_from_cache_paid_nothing(tmp_path):
 
 def _archived(archive: Path, n: int, family: dict[str, bytes], digest: str, drop: str, decisions: list[str]) -> Path:
     """generations/gen-NNN/ as archive() leaves it: the frozen overlay dropping the line holding `drop`."""
-    from skillevo import layout
+    from skillevo.core import layout
 
     gen = archive / f"gen-{n:03d}"
     text = b"".join(l for l in family["work/SKILL.md"].splitlines(True) if drop.encode() not in l)
@@ -82,7 +82,7 @@ def _archived(archive: Path, n: int, family: dict[str, bytes], digest: str, drop
 
 
 def test_hand_on_rebuilds_the_memory_of_every_rejected_candidate_of_this_incumbent(tmp_path, monkeypatch):
-    from skillevo import layout, memory
+    from skillevo.core import layout, memory
     from tests.bench_fixtures import ROOT
 
     shutil.copytree(ROOT / "skills", tmp_path / "skills")
@@ -125,7 +125,7 @@ def test_hand_on_refuses_an_archive_tracked_but_not_pulled(tmp_path, monkeypatch
     forget every rejection, so evolve stops and says to pull."""
     import pytest
 
-    from skillevo.errors import BadInput
+    from skillevo.core.errors import BadInput
     from tests.bench_fixtures import ROOT
 
     shutil.copytree(ROOT / "skills", tmp_path / "skills")

@@ -14,10 +14,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from skillevo import config
 from skillevo.bench.side import plan, run_side
+from skillevo.core import config
+from skillevo.core.results import load_side
 from skillevo.evidence import make_bundle
-from skillevo.results import load_side
 from tests.bench_fixtures import make_mini, params_doc
 
 pytestmark = [pytest.mark.cli, pytest.mark.bwrap]

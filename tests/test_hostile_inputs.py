@@ -158,7 +158,7 @@ def _write(path: Path, data: bytes | str) -> None:
 
 def _memory(w: World, decision: str = "keep_incumbent", overlay: Path | None = None) -> Path:
     """The generations' memory holding one candidate of generation 2: the world's overlay (or `overlay`)."""
-    from skillevo import layout, memory, safefs
+    from skillevo.core import layout, memory, safefs
 
     executables: set[str] = set()
     family = layout.read_family(w.repo / "skills", frozenset(), executables)

@@ -22,18 +22,17 @@ from pathlib import Path
 import pytest
 import yaml
 
-from skillevo import config, models
 from skillevo.agent import session as session_module
 from skillevo.bench import cell as cell_module
 from skillevo.bench import churn
 from skillevo.bench.cell import CellResult, run_cell
 from skillevo.bench.side import build_cells, plan
-from skillevo.results import EXCLUDED_ERROR_KINDS, MEASURED_ERROR_KINDS, check_row_transcripts
-from skillevo.schemas import validate
+from skillevo.core import config, models
+from skillevo.core.results import EXCLUDED_ERROR_KINDS, MEASURED_ERROR_KINDS, check_row_transcripts
+from skillevo.core.schemas import validate
 from skillevo.simulator import Simulator, load_all
 from tests.bench_fixtures import ROOT, make_mini, params_doc
 from tests.conftest import session_processes
-
 
 TEST = "from pkg.greet import greet\n\n\ndef test_greet():\n    assert greet() == 'hello'\n"
 HONEST = [{"edit": {"path": "pkg/greet.py", "old": '"hi"', "new": '"hello"'}},

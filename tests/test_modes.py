@@ -13,12 +13,13 @@ from pathlib import Path
 import pytest
 import yaml
 
-from skillevo import config, layout, models, modes, workspace
+from skillevo import workspace
 from skillevo.apply import apply_promotion, revert
 from skillevo.bench.cell import run_cell
 from skillevo.bench.side import build_cells, plan
+from skillevo.core import config, layout, models, modes
+from skillevo.core.errors import BadInput
 from skillevo.simulator import Simulator, load_all
-from skillevo.errors import BadInput
 from tests.apply_fixtures import APPLY_AT, CREATING, ORIGINAL, REFERENCE, REFERENCE_BYTES, ROOTS, make_pipeline
 from tests.bench_fixtures import PLAYBOOK, ROOT
 from tests.test_freeze import _freeze, repo  # noqa: F401 - repo is a fixture

@@ -11,7 +11,7 @@ import pytest
 
 from skillevo.agent import SessionSpec, run_session
 from skillevo.bench.side import plan, run_side
-from skillevo.results import load_side, read_artifact
+from skillevo.core.results import load_side, read_artifact
 from skillevo.simulator import Simulator, demo
 from skillevo.simulator.noise import NONE, Noise, route
 from tests.bench_fixtures import ROOT, params

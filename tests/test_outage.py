@@ -11,9 +11,10 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from skillevo import cellstore, models
+from skillevo import cellstore
+from skillevo.core import models
+from skillevo.core.errors import BrokenEnvironment
 from skillevo.simulator import Simulator, load_all
-from skillevo.errors import BrokenEnvironment
 from stages import bench as bench_stage
 from tests.bench_fixtures import ROOT, make_mini, write_params
 from tests.gateway import BearerGateway

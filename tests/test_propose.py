@@ -10,10 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from skillevo import config, layout, memory, overlay, propose, safefs
+from skillevo import propose
+from skillevo.core import config, layout, memory, overlay, safefs
+from skillevo.core.models import Model
 from skillevo.evidence import make_bundle, write_bundle
 from skillevo.freeze import freeze
-from skillevo.models import Model
 from skillevo.simulator import EscapeTargets, Simulator, demo, load_all
 from skillevo.simulator.proposer import SimulatedProposer
 from tests.bench_fixtures import ROOT, params

@@ -34,13 +34,13 @@ try:
 except ImportError as e:  # no skip: without the `ray` extra every test here fails, as CI must notice
     ray, RAY_MISSING = None, f"Ray is not installed ({e}): pip install -e '.[ray]'"
 
-from skillevo import config, models
 from skillevo.bench import ray_executor
 from skillevo.bench.ray_executor import RayExecutor, RayExecutorError
 from skillevo.bench.side import build_cells, plan, run_side
-from skillevo.digests import canonical_json, sha256_bytes
-from skillevo.models import Model
-from skillevo.schemas import validate
+from skillevo.core import config, models
+from skillevo.core.digests import canonical_json, sha256_bytes
+from skillevo.core.models import Model
+from skillevo.core.schemas import validate
 from skillevo.simulator import Simulator, demo, load_all
 from tests.bench_fixtures import ROOT, make_mini, params, params_doc
 from tests.conftest import carrying, cmdline, process_tree, session_processes

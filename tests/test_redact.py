@@ -1,4 +1,4 @@
-from skillevo.redact import REDACTED, redact_obj, redact_text
+from skillevo.core.redact import REDACTED, redact_obj, redact_text
 
 
 def test_patterns_and_literals_are_redacted():

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from skillevo import safefs
-from skillevo.limits import Limits
+from skillevo.core import safefs
+from skillevo.core.limits import Limits
 from skillevo.sandbox.watch import DISK_POLL_S, Watch
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -84,7 +84,7 @@ def test_remove_tree_as_a_harness_that_is_not_root():
     os.chown(base, NOBODY, NOBODY)
     script = (
         "import sys\nfrom pathlib import Path\nsys.path.insert(0, sys.argv[1])\n"
-        "from tests.test_safefs import _hostile_tree\nfrom skillevo import safefs\n"
+        "from tests.test_safefs import _hostile_tree\nfrom skillevo.core import safefs\n"
         "tree = _hostile_tree(Path(sys.argv[2]) / 'tree')\n"
         "try:\n    (tree / 'locked/inner/secret').read_text()\n    print('read')\n"
         "except PermissionError:\n    print('refused')\n"

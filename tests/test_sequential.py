@@ -15,9 +15,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy import stats as sps
 
-from skillevo import sampling, stats
-from skillevo.config import SamplingParams, section
-from skillevo.errors import BadInput
+from skillevo import stats
+from skillevo.core import sampling
+from skillevo.core.config import SamplingParams, section
+from skillevo.core.errors import BadInput
 from skillevo.stats.looks import _boundaries
 from tests.gate_rows import CANDIDATE, INCUMBENT, runs
 
@@ -280,7 +281,7 @@ def test_the_efficacy_level_is_the_looks_spending_boundary():
 
 
 def test_preflight_warns_when_interim_and_the_gate_disagree():
-    from skillevo.config import Policy
+    from skillevo.core.config import Policy
     policy = Policy.from_dict({"min_total_runs": 1})  # as plan() has it
     assert sampling.sequential_warnings(plan(), policy) == []
     assert any("sampling.sequential.min_total_runs 1 is not the gate's 40" in w

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from skillevo.bench.side import plan, run_side
-from skillevo.results import load_side, sequential_record
-from skillevo import config
+from skillevo.core import config
+from skillevo.core.results import load_side, sequential_record
 from tests.bench_fixtures import ROOT, make_mini, params_doc
 
 pytestmark = [pytest.mark.cli, pytest.mark.bwrap]

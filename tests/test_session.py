@@ -7,11 +7,12 @@ from pathlib import Path
 
 import pytest
 
-from skillevo import models, sandbox
+from skillevo import sandbox
 from skillevo.agent import SessionSpec, run_session
-from skillevo.models import API_KEY_ENV, Credential
-from skillevo.results import read_artifact
-from skillevo.schemas import validate
+from skillevo.core import models
+from skillevo.core.models import API_KEY_ENV, Credential
+from skillevo.core.results import read_artifact
+from skillevo.core.schemas import validate
 from skillevo.simulator import Simulator, demo
 from tests.conftest import PLANTED_KEY, PROMPT, SKILL, make_workspace, session_processes
 

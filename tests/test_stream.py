@@ -7,7 +7,7 @@ import json
 import pytest
 
 from skillevo.agent import stream, transcript
-from skillevo.results import ArtifactMismatch, read_artifact
+from skillevo.core.results import ArtifactMismatch, read_artifact
 
 USAGE = {"input_tokens": 10, "output_tokens": 5, "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0}
 

@@ -9,8 +9,9 @@ from types import SimpleNamespace
 import pytest
 import yaml
 
-from skillevo import arms, config, layout, tasks, workspace
-from skillevo.errors import BadInput
+from skillevo import workspace
+from skillevo.core import arms, config, layout, tasks
+from skillevo.core.errors import BadInput
 from tests.bench_fixtures import ROOT, make_mini
 
 

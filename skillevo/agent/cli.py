@@ -13,8 +13,8 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from skillevo.errors import BrokenEnvironment
-from skillevo.pins import CLAUDE_CODE_VERSION
+from skillevo.core.errors import BrokenEnvironment
+from skillevo.core.pins import CLAUDE_CODE_VERSION
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 LOCAL_CLI = PROJECT_ROOT / f".tools/claude-code-{CLAUDE_CODE_VERSION}/node_modules/.bin/claude"

@@ -19,9 +19,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from skillevo import arms, events, models, sandbox
+from skillevo import sandbox
 from skillevo.agent import cli, stream, transcript
-from skillevo.redact import redact_text
+from skillevo.core import arms, events, models
+from skillevo.core.redact import redact_text
 from skillevo.sandbox import LAUNCHER, LAUNCHER_DST, Mount, SandboxSpec
 
 RELAY_PORT = 8787  # inside the sandbox's private network namespace, so it never collides

@@ -1,14 +1,14 @@
 """Transcripts: the session's stream, redacted and in one canonical byte form, bound by sha256 (read back with
-skillevo.results.read_artifact)."""
+skillevo.core.results.read_artifact)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Any
 
-from skillevo import safefs
-from skillevo.digests import canonical_json, sha256_bytes
-from skillevo.redact import redact_obj
+from skillevo.core import safefs
+from skillevo.core.digests import canonical_json, sha256_bytes
+from skillevo.core.redact import redact_obj
 
 
 def render(events: list[dict[str, Any]], secrets: tuple[str, ...]) -> bytes:

@@ -15,8 +15,8 @@ import os
 from pathlib import Path
 from typing import Any
 
-from skillevo import documents, safefs
 from skillevo.apply.common import ApplyRefused
+from skillevo.core import documents, safefs
 
 LOCK = "dvc.lock"
 MAX_OUTPUT_BYTES = 1 << 30

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
-from skillevo import errors, layout
+from skillevo.core import errors, layout
 
 SCHEMA_VERSION = 1
 RECEIPT_SCHEMA = "apply-receipt"

@@ -14,11 +14,11 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from skillevo import documents, tasks
 from skillevo.apply.common import RERUN, ApplyRefused
-from skillevo.config import Policy
+from skillevo.core import documents, tasks
+from skillevo.core.config import Policy
+from skillevo.core.results import Side
 from skillevo.gate.promotion import build_promotion, first_difference
-from skillevo.results import Side
 
 
 def check_task_bindings(promotion: Mapping[str, Any], where: Path, tasks_file: Path,

@@ -14,9 +14,9 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from skillevo import layout, safefs
 from skillevo.apply.common import ApplyRefused
-from skillevo.errors import BadInput
+from skillevo.core import layout, safefs
+from skillevo.core.errors import BadInput
 
 TEMP_PREFIX = ".skillevo-apply-"
 MAX_FILE_BYTES = layout.MAX_SKILL_FILE_BYTES  # what freeze reads a destination with

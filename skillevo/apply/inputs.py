@@ -18,20 +18,20 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from skillevo import documents, frontmatter, layout, models, overlay, safefs
 from skillevo.apply import anchor, evidence, fs
 from skillevo.apply.common import RECEIPT_SCHEMA, RERUN, ApplyPaths, ApplyRefused
-from skillevo.config import Params
-from skillevo.digests import sha256_bytes
-from skillevo.errors import BadInput
+from skillevo.core import documents, frontmatter, layout, models, overlay, safefs
+from skillevo.core.config import Params
+from skillevo.core.digests import sha256_bytes
+from skillevo.core.errors import BadInput
+from skillevo.core.results import load_side
+from skillevo.core.schemas import InvalidDocument, validate
 from skillevo.gate.promotion import (
     PromotionRefused,
     load_freeze,
     pipeline_bindings,
     validate_for_apply,
 )
-from skillevo.results import load_side
-from skillevo.schemas import InvalidDocument, validate
 
 
 @dataclass(frozen=True)

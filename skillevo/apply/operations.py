@@ -11,7 +11,6 @@ import secrets
 from collections.abc import Callable
 from datetime import datetime
 
-from skillevo import config
 from skillevo.apply.common import (
     RECEIPT_SCHEMA,
     SCHEMA_VERSION,
@@ -32,7 +31,8 @@ from skillevo.apply.inputs import load_inputs, load_receipt, stored_originals
 from skillevo.apply.outcome import Outcome, diff_stat
 from skillevo.apply.recovery import recover
 from skillevo.apply.transaction import Commit, exec_mode, made_dirs, marker_tx, open_all, sha_or_none, transact
-from skillevo.config import Params
+from skillevo.core import config
+from skillevo.core.config import Params
 
 GONE = "does not exist (deleted or moved since the apply); revert changes only files that hold what apply wrote"
 

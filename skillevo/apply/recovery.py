@@ -15,12 +15,12 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from skillevo import documents, safefs
 from skillevo.apply import fs
 from skillevo.apply.common import ApplyPaths, ApplyRefused, Log
 from skillevo.apply.transaction import marker_tx, remove_empty_dirs, retract
-from skillevo.digests import sha256_bytes
-from skillevo.errors import BadInput, SkillevoError
+from skillevo.core import documents, safefs
+from skillevo.core.digests import sha256_bytes
+from skillevo.core.errors import BadInput, SkillevoError
 
 
 def recover(paths: ApplyPaths, *, log: Log) -> int:

@@ -24,7 +24,6 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from skillevo import documents, safefs
 from skillevo.apply import fs
 from skillevo.apply.common import (
     SCHEMA_VERSION,
@@ -39,9 +38,10 @@ from skillevo.apply.common import (
     utc_stamp,
 )
 from skillevo.apply.guard import SignalGuard
-from skillevo.digests import sha256_bytes
-from skillevo.errors import BadInput, BrokenEnvironment, SkillevoError
-from skillevo.schemas import validate
+from skillevo.core import documents, safefs
+from skillevo.core.digests import sha256_bytes
+from skillevo.core.errors import BadInput, BrokenEnvironment, SkillevoError
+from skillevo.core.schemas import validate
 
 EXCHANGE = "renameat2-exchange"
 NOREPLACE = "renameat2-noreplace"

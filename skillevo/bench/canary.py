@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from skillevo.bench.cell import CellResult, CellSpec
-from skillevo.results import is_excluded
+from skillevo.core.results import is_excluded
 
 
 @dataclass(frozen=True)

@@ -3,7 +3,7 @@
 Phases: workspace (a copy of the template), setup, the arm's sessions (skills over-mounted read-only and
 re-checked after each; every session runs even when an earlier one failed, so a failing arm's cost is never
 artificially small), churn and patch (skillevo.bench.churn: the harness's own view of the tree), verify and the
-hidden oracle (skillevo.bench.checks). Every phase runs under the cell's limits (skillevo.limits).
+hidden oracle (skillevo.bench.checks). Every phase runs under the cell's limits (skillevo.core.limits).
 
 The first failure names the row's error kind (schemas/result-row.schema.json): anything the agent's actions can
 cause — a failed check, a limit or timeout it ran into, a plan session that edited code, a session that left no
@@ -27,20 +27,21 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from skillevo import safefs, sandbox, workspace
+from skillevo import sandbox, workspace
 from skillevo.agent import SessionSpec, run_session
-from skillevo.arms import Arm
 from skillevo.bench import checks, churn
-from skillevo.digests import framed_digest, sha256_bytes
-from skillevo.errors import BadInput, BrokenEnvironment
-from skillevo.events import USAGE_FIELDS
-from skillevo.limits import Limits
-from skillevo.models import Credential, Model
-from skillevo.redact import redact_text
-from skillevo.results import EXCLUDED_ERROR_KINDS
+from skillevo.core import safefs
+from skillevo.core.arms import Arm
+from skillevo.core.digests import framed_digest, sha256_bytes
+from skillevo.core.errors import BadInput, BrokenEnvironment
+from skillevo.core.events import USAGE_FIELDS
+from skillevo.core.limits import Limits
+from skillevo.core.models import Credential, Model
+from skillevo.core.redact import redact_text
+from skillevo.core.results import EXCLUDED_ERROR_KINDS
+from skillevo.core.tasks import Task
 from skillevo.sandbox import SandboxSpec
 from skillevo.simulator.noise import route
-from skillevo.tasks import Task
 
 TAIL = 2000
 MAX_SKILLS_BYTES = 16 << 20

@@ -22,8 +22,9 @@ from pathlib import Path
 from defusedxml import ElementTree
 from defusedxml.common import DefusedXmlException
 
-from skillevo import safefs, sandbox
-from skillevo.errors import BadInput
+from skillevo import sandbox
+from skillevo.core import safefs
+from skillevo.core.errors import BadInput
 from skillevo.sandbox import Mount, SandboxSpec
 
 PYBOOT = Path(__file__).resolve().parent / "pyboot"

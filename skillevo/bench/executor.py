@@ -16,7 +16,7 @@ from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from typing import Protocol
 
 from skillevo.bench.cell import CellResult, CellSpec, run_cell
-from skillevo.models import Credential
+from skillevo.core.models import Credential
 
 OnResult = Callable[[CellSpec, CellResult], None]
 
@@ -29,7 +29,7 @@ class LocalExecutor:
     """`workers` cells at once on this machine (threads: each cell is a handful of subprocesses)."""
 
     def __init__(self, workers: int, credential: Credential | None = None) -> None:
-        self.workers = workers  # params bench.workers, validated by skillevo.config
+        self.workers = workers  # params bench.workers, validated by skillevo.core.config
         self._credential = credential
 
     def run(self, cells: Sequence[CellSpec], on_result: OnResult, cancel: threading.Event) -> None:

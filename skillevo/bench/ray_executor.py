@@ -15,7 +15,7 @@ results.jsonl, transcripts and patches are written by the same code.
   under the variable it was read from (`ANTHROPIC_API_KEY` or `ANTHROPIC_AUTH_TOKEN` on the workers, the
   other emptied, set at `ray.init`, and only when there is one) or in the workers' own environment (a local
   instance's workers inherit this process's): never in a task's arguments, and never in a row or artifact.
-  A worker reads it with skillevo.models.credential(), the same rule as the driver.
+  A worker reads it with skillevo.core.models.credential(), the same rule as the driver.
 - A cell's spec holds paths on the driver's machine (its template and scratch directory). Remote
   workers need the same paths (a shared filesystem, or the project image with the checkout mounted at
   the same place); a worker without them, or without the sandbox's prerequisites, stops the run with
@@ -42,11 +42,11 @@ from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from skillevo import models
 from skillevo.bench.cell import CellResult, CellSpec, infra_error, run_cell
 from skillevo.bench.executor import OnResult
-from skillevo.config import BenchParams
-from skillevo.errors import BrokenEnvironment
+from skillevo.core import models
+from skillevo.core.config import BenchParams
+from skillevo.core.errors import BrokenEnvironment
 
 log = logging.getLogger(__name__)
 
@@ -158,7 +158,7 @@ class RayExecutor:
 
     def __init__(self, address: str | None = None, *, max_retries: int, cell_resources: Mapping[str, float],
                  local_workers: int, credential: models.Credential | None = None) -> None:
-        """Values come from params bench.* (validated by skillevo.config)."""
+        """Values come from params bench.* (validated by skillevo.core.config)."""
         self.address = address or None
         self.max_retries = max_retries
         self.cell_resources = {name: float(amount) for name, amount in cell_resources.items()}

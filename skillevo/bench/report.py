@@ -7,9 +7,9 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from skillevo import safefs
-from skillevo.arms import is_baseline
-from skillevo.results import aggregate
+from skillevo.core import safefs
+from skillevo.core.arms import is_baseline
+from skillevo.core.results import aggregate
 
 
 def _fmt(value: Any, digits: int = 0) -> str:

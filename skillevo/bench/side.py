@@ -23,25 +23,26 @@ from typing import Any
 
 from tqdm import tqdm
 
-from skillevo import arms as arms_mod
-from skillevo import cellstore, documents, frontmatter, harness, layout, models, safefs, sampling, sandbox, workspace
-from skillevo import modes as modes_mod
-from skillevo import tasks as tasks_mod
+from skillevo import cellstore, harness, sandbox, workspace
 from skillevo.agent import cli
 from skillevo.bench import canary
 from skillevo.bench.cell import CellResult, CellSpec
 from skillevo.bench.executor import Executor, LocalExecutor
 from skillevo.bench.report import write_report
-from skillevo.config import BenchParams, Params
-from skillevo.digests import canonical_json, framed_digest, sha256_json
-from skillevo.errors import BadInput, BrokenEnvironment, Interrupted
-from skillevo.results import (
+from skillevo.core import arms as arms_mod
+from skillevo.core import documents, frontmatter, layout, models, safefs, sampling
+from skillevo.core import modes as modes_mod
+from skillevo.core import tasks as tasks_mod
+from skillevo.core.config import BenchParams, Params
+from skillevo.core.digests import canonical_json, framed_digest, sha256_json
+from skillevo.core.errors import BadInput, BrokenEnvironment, Interrupted
+from skillevo.core.results import (
     EXCLUDED_ERROR_KINDS,
     SIDES,
     SYSTEMIC_ERROR_KINDS,
     served_models,
 )
-from skillevo.schemas import validate
+from skillevo.core.schemas import validate
 from skillevo.simulator import Simulator, load_dir
 from skillevo.simulator.noise import Noise
 
@@ -78,7 +79,7 @@ class SidePlan:
 def plan(side: str, tasks_file: Path, skills_dir: Path, overlay_dir: Path | None, params: Params,
          include_expensive: bool | None = None, *, modes: Path | None = None) -> SidePlan:
     """What the side will run, with every input read and checked (nothing is written); `modes` is the
-    family's modes manifest, which must match it (skillevo.modes)."""
+    family's modes manifest, which must match it (skillevo.core.modes)."""
     if side not in SIDES:
         raise BadInput(f"--side must be one of {', '.join(SIDES)}")
     executables: set[str] = set()
@@ -329,7 +330,7 @@ def _serve(store: cellstore.Store | None, cells: list[CellSpec], ctx: cellstore.
 
 def _looks(p: SidePlan, params: Params) -> tuple[int, ...]:
     """The runs per cell at each look: the candidate side runs in looks when params sampling.sequential says so
-    (skillevo.sampling), every other side in one."""
+    (skillevo.core.sampling), every other side in one."""
     if p.side != "candidate" or not params.sampling.sequential.enabled:
         return (p.runs,)
     return sampling.looks(params.sampling)

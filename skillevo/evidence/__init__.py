@@ -2,7 +2,7 @@
 
 From the previous generation's bench outputs (both sides; the incumbent side may instead be this
 generation's, as dvc.yaml passes it), its gate decision and its proposal, and every candidate rejected before
-against this incumbent (the generations' memory, skillevo.memory), or from a seed results
+against this incumbent (the generations' memory, skillevo.core.memory), or from a seed results
 directory, or from nothing (cold start), build a small directory the proposer session gets read-only:
 
     manifest.json        every file with its sha256; inputs, limits, counts, and everything left out
@@ -23,9 +23,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from pathlib import Path
 
-from skillevo import safefs
-from skillevo import tasks as tasks_mod
-from skillevo.config import Params
+from skillevo.core import safefs
+from skillevo.core import tasks as tasks_mod
+from skillevo.core.config import Params
+from skillevo.core.memory import REJECTED_FILE
+from skillevo.core.oracle_guard import OracleGuard
+from skillevo.core.redact import env_secrets
 from skillevo.evidence.bundle import (
     MANIFEST,
     Bundle,
@@ -41,9 +44,6 @@ from skillevo.evidence.inputs import (
     load_previous,
     load_seed,
 )
-from skillevo.memory import REJECTED_FILE
-from skillevo.oracle_guard import OracleGuard
-from skillevo.redact import env_secrets
 
 BUNDLE_ENTRIES = frozenset({MANIFEST, "rows.json", "learnings.json", "gate-summary.json", "prior-proposal.md",
                             REJECTED_FILE, "transcripts", "patches"})

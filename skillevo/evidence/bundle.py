@@ -1,12 +1,12 @@
 """Build the evidence bundle: select rows, check their artifacts, redact, guard, compact, and fit the budget.
 
-Selection: rows whose error kind is a harness fault (skillevo.results.EXCLUDED_ERROR_KINDS) teach nothing about
+Selection: rows whose error kind is a harness fault (skillevo.core.results.EXCLUDED_ERROR_KINDS) teach nothing about
 a skill and are left out; then unresolved rows by (task, arm, run), then resolved rows by cost, highest first
 (unmeasured cost last); the first max_rows whose artifacts verify are taken. A row whose transcript or
 patch does not match the size and sha256 recorded in it is refused: the row is left out, the next one
 takes its place, and the manifest says why (its provenance is broken, so none of it is evidence).
 
-Rejected candidates (skillevo.memory): those measured against this generation's incumbent, newest first, at most
+Rejected candidates (skillevo.core.memory): those measured against this generation's incumbent, newest first, at most
 max_rejected, each diff cut to a quarter of max_file_bytes, so that the proposer sees every change tried before
 and its verdict.
 
@@ -21,10 +21,15 @@ from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from skillevo import documents
-from skillevo.config import EvidenceParams, evidence_limits
-from skillevo.digests import sha256_bytes
-from skillevo.errors import BadInput
+from skillevo.core import documents
+from skillevo.core.config import EvidenceParams, evidence_limits
+from skillevo.core.digests import sha256_bytes
+from skillevo.core.errors import BadInput
+from skillevo.core.memory import REJECTED_FILE
+from skillevo.core.oracle_guard import OracleGuard
+from skillevo.core.redact import leaks, redact_obj, redact_text
+from skillevo.core.results import ArtifactMismatch, is_excluded, read_artifact
+from skillevo.core.schemas import validate
 from skillevo.evidence.compact import compact_jsonl, compact_text, redact_jsonl
 from skillevo.evidence.inputs import (
     LEARNING_KEYS,
@@ -33,11 +38,6 @@ from skillevo.evidence.inputs import (
     SourceRow,
     priority_key,
 )
-from skillevo.memory import REJECTED_FILE
-from skillevo.oracle_guard import OracleGuard
-from skillevo.redact import leaks, redact_obj, redact_text
-from skillevo.results import ArtifactMismatch, is_excluded, read_artifact
-from skillevo.schemas import validate
 
 MANIFEST = "manifest.json"
 

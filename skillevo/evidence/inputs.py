@@ -1,6 +1,6 @@
 """What the evidence stage reads: the previous generation (or a seed, or nothing), and the learnings queue.
 
-Every input is untrusted: results go through the one bench-side reader (skillevo.results), JSON and text
+Every input is untrusted: results go through the one bench-side reader (skillevo.core.results), JSON and text
 through the bounded loaders, and anything unreadable fails naming its file and line.
 """
 
@@ -11,11 +11,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from skillevo import documents, memory, safefs
-from skillevo.digests import sha256_bytes
-from skillevo.errors import BadInput
-from skillevo.results import BENCH_FILE, SIDES, cell_name, read_rows
-from skillevo.schemas import validate
+from skillevo.core import documents, memory, safefs
+from skillevo.core.digests import sha256_bytes
+from skillevo.core.errors import BadInput
+from skillevo.core.results import BENCH_FILE, SIDES, cell_name, read_rows
+from skillevo.core.schemas import validate
 
 MAX_SOURCE_BYTES = 64 << 20  # refuse to even read an input larger than this
 LEARNING_KEYS = frozenset({"skill", "date", "task", "friction", "suggestion"})
@@ -44,7 +44,7 @@ class Inputs:
     rows: list[SourceRow] = field(default_factory=list)
     promotion: dict[str, Any] | None = None
     proposal: str | None = None
-    rejected: list[dict[str, Any]] = field(default_factory=list)  # skillevo.memory entries, newest first
+    rejected: list[dict[str, Any]] = field(default_factory=list)  # skillevo.core.memory entries, newest first
     incumbent_digest: str | None = None  # this generation's incumbent family (its bench.json), when known
     digests: dict[str, str] = field(default_factory=dict)
     dropped: list[dict[str, str]] = field(default_factory=list)  # inputs ignored, for the manifest
@@ -63,7 +63,7 @@ def load_previous(directory: str | Path | None, incumbent: str | Path | None = N
     """The previous generation's outputs, and optionally this generation's incumbent side.
 
     `directory` may hold any of bench-incumbent/, bench-candidate/, gate/promotion.json, proposal.md,
-    rejected.json (skillevo.memory); anything else in it (a README.md, dotfiles) is ignored, other entries are
+    rejected.json (skillevo.core.memory); anything else in it (a README.md, dotfiles) is ignored, other entries are
     listed in the manifest as ignored. `incumbent` (dvc.yaml passes results/bench-incumbent) is a bench side
     directory that takes the place of <directory>/bench-incumbent; its bench.json names the incumbent, whose
     rejected candidates alone the proposer sees. No input at all is a cold start.

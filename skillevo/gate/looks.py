@@ -1,6 +1,6 @@
 """The levels a decision is tested at, for a fixed bench or for a candidate side stopped at one of its looks.
 
-A side that ran in looks (skillevo.sampling) is judged only at the look it stopped at, at that look's boundary
+A side that ran in looks (skillevo.core.sampling) is judged only at the look it stopped at, at that look's boundary
 of a plan that spends the level over every planned look (skillevo.stats.look_levels): a false promotion needs
 the test to reject at the stopped look, which is one of the planned looks, and the plan lets the null reject
 at any of them at most alpha of the time. So the bench's stopping rule, whatever it is, cannot raise the
@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from skillevo import stats
-from skillevo.config import Policy
+from skillevo.core.config import Policy
 
 
 @dataclass(frozen=True)

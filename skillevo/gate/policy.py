@@ -18,7 +18,9 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from skillevo import stats
-from skillevo.config import Policy
+from skillevo.core.config import Policy
+from skillevo.core.layout import incumbent_arm_of
+from skillevo.core.models import is_floating
 from skillevo.gate import looks, seed_rule, stratified
 from skillevo.gate.verdict import (
     INSUFFICIENT_EVIDENCE,
@@ -27,8 +29,6 @@ from skillevo.gate.verdict import (
     Pair,
     improvement_pct,
 )
-from skillevo.layout import incumbent_arm_of
-from skillevo.models import is_floating
 
 __all__ = ["INSUFFICIENT_EVIDENCE", "KEEP_INCUMBENT", "PROMOTE", "decide", "decide_arm", "improvement_pct",
            "metric_warning"]
@@ -63,7 +63,7 @@ def decide_arm(
     sequential: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The decision object for one candidate arm; `aggregates` maps (task, arm) to an aggregate, `sequential`
-    is the candidate side's look record (skillevo.results.sequential_record) or None for a fixed bench."""
+    is the candidate side's look record (skillevo.core.results.sequential_record) or None for a fixed bench."""
     reasons: list[str] = []
     if is_floating(benchmark_model):
         reasons.append(f"benchmark model {benchmark_model!r} is not a pinned model id (empty, or a floating alias); "

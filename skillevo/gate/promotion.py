@@ -11,14 +11,11 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
-from skillevo import documents, safefs
-from skillevo.config import Policy
-from skillevo.errors import BadInput
-from skillevo.gate import looks
-from skillevo.gate.policy import decide, decide_arm
-from skillevo.gate.verdict import PROMOTE
-from skillevo.layout import incumbent_arm_of
-from skillevo.results import (
+from skillevo.core import documents, safefs
+from skillevo.core.config import Policy
+from skillevo.core.errors import BadInput
+from skillevo.core.layout import incumbent_arm_of
+from skillevo.core.results import (
     EXCLUDED_ERROR_KINDS,
     GATE_METRICS,
     Side,
@@ -28,7 +25,10 @@ from skillevo.results import (
     sequential_record,
     served_models,
 )
-from skillevo.schemas import first_error, schema_validator, validate
+from skillevo.core.schemas import first_error, schema_validator, validate
+from skillevo.gate import looks
+from skillevo.gate.policy import decide, decide_arm
+from skillevo.gate.verdict import PROMOTE
 
 SCHEMA_VERSION = 1
 BINDING_KEYS = (

@@ -13,10 +13,10 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from skillevo import documents, safefs
+from skillevo.core import documents, safefs
+from skillevo.core.results import Side, side_totals
 from skillevo.gate import figures
 from skillevo.gate.verdict import INSUFFICIENT_EVIDENCE, KEEP_INCUMBENT, PROMOTE
-from skillevo.results import Side, side_totals
 from skillevo.stats import p_text
 
 # Ordered so that `dvc metrics diff` reads up as better: promote > keep > insufficient.

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any
 
-from skillevo.config import Policy
+from skillevo.core.config import Policy
 from skillevo.gate.verdict import (
     INSUFFICIENT_EVIDENCE,
     KEEP_INCUMBENT,

@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from skillevo import stats
-from skillevo.config import Policy
+from skillevo.core.config import Policy
 from skillevo.gate.looks import Levels
 from skillevo.gate.verdict import (
     INSUFFICIENT_EVIDENCE,

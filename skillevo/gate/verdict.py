@@ -13,7 +13,7 @@ INSUFFICIENT_EVIDENCE = "insufficient_evidence"
 
 @dataclass(frozen=True)
 class Pair:
-    """One task's incumbent and candidate aggregates (skillevo.results.aggregate), each with its samples."""
+    """One task's incumbent and candidate aggregates (skillevo.core.results.aggregate), each with its samples."""
 
     task: str
     incumbent: Mapping[str, Any]

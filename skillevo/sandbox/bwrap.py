@@ -12,7 +12,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from skillevo.limits import Limits
+from skillevo.core.limits import Limits
 
 WORKDIR = "/work"
 HOME = "/home/agent"

@@ -22,8 +22,8 @@ from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from skillevo.errors import BadInput
-from skillevo.events import USAGE_FIELDS
+from skillevo.core.errors import BadInput
+from skillevo.core.events import USAGE_FIELDS
 
 ALLOWED_PATHS = ("/v1/messages", "/v1/messages/count_tokens")
 PLACEHOLDER_KEY = "sk-skillevo-placeholder-not-a-key"

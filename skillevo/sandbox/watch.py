@@ -1,4 +1,5 @@
-"""The watchdog that enforces per-cell limits (skillevo.limits) wherever skillevo runs: as root or not, with or without cgroups.
+"""The watchdog that enforces per-cell limits (skillevo.core.limits) wherever skillevo runs: as root or not, with or
+without cgroups.
 
 cgroups are not available to a rootless container without delegation, and RLIMIT_NPROC counts every process of
 the user across all cells, so the limits a cell shares with nobody are enforced here:
@@ -18,8 +19,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from skillevo.limits import Limits
-from skillevo.safefs import allocated  # by directory fd: a flood hidden past PATH_MAX still counts
+from skillevo.core.limits import Limits
+from skillevo.core.safefs import allocated  # by directory fd: a flood hidden past PATH_MAX still counts
 
 _PAGE = os.sysconf("SC_PAGE_SIZE")
 _TICK = os.sysconf("SC_CLK_TCK")

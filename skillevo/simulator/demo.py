@@ -10,7 +10,7 @@ import os
 import subprocess
 from pathlib import Path
 
-from skillevo import config
+from skillevo.core import config
 from skillevo.simulator import playbook
 
 SKILL = """---

@@ -14,9 +14,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from skillevo import frontmatter, layout, safefs
-from skillevo.errors import BadInput
-from skillevo.oracle_guard import OracleGuard
+from skillevo.core import frontmatter, layout, safefs
+from skillevo.core.errors import BadInput
+from skillevo.core.oracle_guard import OracleGuard
 
 PRIVILEGED_FRONTMATTER = "privileged-frontmatter"  # a propose.allow value
 
@@ -46,7 +46,7 @@ SCRIPTS = "scripts"  # a propose.allow value: changes to files with an execute b
 @dataclass(frozen=True)
 class Checked:
     changed_lines: int
-    frontmatter_changes: list[str]  # every header key the overlay adds, removes or changes (skillevo.frontmatter)
+    frontmatter_changes: list[str]  # every header key the overlay adds, removes or changes (skillevo.core.frontmatter)
     script_changes: list[str] = field(default_factory=list)  # every script the overlay adds, edits or (un)marks
 
 

@@ -18,9 +18,9 @@ from collections.abc import Collection, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from skillevo import documents, layout, safefs
-from skillevo.digests import sha256_bytes
-from skillevo.schemas import validate
+from skillevo.core import documents, layout, safefs
+from skillevo.core.digests import sha256_bytes
+from skillevo.core.schemas import validate
 
 SCHEMA = "rejected"
 REJECTED_FILE = "rejected.json"  # in previous/memory/ and in the evidence bundle

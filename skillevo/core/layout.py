@@ -9,9 +9,9 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping
 from pathlib import Path
 
-from skillevo import frontmatter, safefs
-from skillevo.digests import framed_digest
-from skillevo.errors import BadInput
+from skillevo.core import frontmatter, safefs
+from skillevo.core.digests import framed_digest
+from skillevo.core.errors import BadInput
 
 SKILL_FILE = "SKILL.md"
 MAX_SKILL_FILE_BYTES = 256 << 10
@@ -38,7 +38,7 @@ PARAMS = Path("params.yaml")
 PROPOSE_PROMPT = Path("prompts/propose.md")
 LEARNINGS = Path("learnings.jsonl")
 CELL_STORE = Path(".skillevo/cells")  # finished cells by key (skillevo.cellstore); git- and DVC-ignored
-MODES = Path("skill-modes.json")  # the family's execute bits, which DVC cannot see (skillevo.modes)
+MODES = Path("skill-modes.json")  # the family's execute bits, which DVC cannot see (skillevo.core.modes)
 
 
 def repo_dir(text: str) -> str:
@@ -72,7 +72,7 @@ def read_family(skills_dir: str | Path, frontmatter_keys: frozenset[str] = froze
                 executables: set[str] | None = None) -> dict[str, bytes]:
     """Every file of the skill family (`<skill>/<path>` -> bytes), without following links, within bounds.
 
-    A skill is a directory holding SKILL.md with a valid frontmatter (skillevo.frontmatter; `frontmatter_keys`
+    A skill is a directory holding SKILL.md with a valid frontmatter (skillevo.core.frontmatter; `frontmatter_keys`
     are params skills.frontmatter_keys); Markdown must be UTF-8 text without NUL bytes (it reaches the model
     as text), and a stray file at the top level is refused. With `executables`, every file with an execute bit
     is added to it (a skill's scripts must stay runnable wherever the family is copied).

@@ -18,9 +18,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from skillevo import stats
-from skillevo.config import Policy, SamplingParams
-from skillevo.errors import BadInput
-from skillevo.results import is_excluded
+from skillevo.core.config import Policy, SamplingParams
+from skillevo.core.errors import BadInput
+from skillevo.core.results import is_excluded
 
 PROMOTE, FUTILITY, CONTINUE = "stop-promote", "stop-futility", "continue"
 REASONS = {PROMOTE: "promote", FUTILITY: "futility", CONTINUE: "max"}  # interim's action -> bench.json reason
@@ -49,11 +49,11 @@ def interim(control_rows: Iterable[Mapping[str, Any]], candidate_rows: Iterable[
 
     The bench calls it after each look with its controls' rows so far (the incumbent arms measured beside the
     candidate, docs/gate.md; tasks without candidate rows are ignored), its candidate arms' rows up to this look,
-    and `pairs` (candidate arm -> incumbent arm, skillevo.arms), then runs `batch` more runs per cell of both on
+    and `pairs` (candidate arm -> incumbent arm, skillevo.core.arms), then runs `batch` more runs per cell of both on
     continue, or stops and writes `record(plan, look, action)` as bench.json's `sequential`. At the last look
     the side stops whatever the action (continue is recorded as "max").
 
-    Per arm, on valid runs (skillevo.results.is_excluded), the gate's test of `sampling.sequential.metric` per
+    Per arm, on valid runs (skillevo.core.results.is_excluded), the gate's test of `sampling.sequential.metric` per
     resolved task (skillevo.stats.per_resolved) at the look's O'Brien-Fleming-type level for
     `sampling.sequential.alpha`:
     - efficacy: the test rejects "not cheaper", the estimate reaches `min_improvement_pct`, the resolution
@@ -95,7 +95,7 @@ def interim(control_rows: Iterable[Mapping[str, Any]], candidate_rows: Iterable[
 
 def record(plan: SamplingParams, look: int, action: str) -> dict[str, Any]:
     """bench.json's `sequential` object for a candidate side that stopped after `look` with `action`; the
-    side's `runs` stays `sampling.runs`, the last planned look (skillevo.results.sequential_record checks it)."""
+    side's `runs` stays `sampling.runs`, the last planned look (skillevo.core.results.sequential_record checks it)."""
     planned = looks(plan)
     if not 1 <= look <= len(planned) or action not in REASONS or (action == CONTINUE and look < len(planned)):
         raise BadInput(f"record: a side stops at one of its looks {list(planned)} with a stop action, or at the "

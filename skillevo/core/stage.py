@@ -2,7 +2,7 @@
 
 A user never sees a traceback for bad input or for a missing or broken environment: a SkillevoError, a full
 disk, a permission problem or an interrupt becomes one line on stderr (`<stage>: <kind>: <message>`, the
-message naming the file, the key or line, and the rule) and the exit code of its class (skillevo.errors). A
+message naming the file, the key or line, and the rule) and the exit code of its class (skillevo.core.errors). A
 traceback is left only for what nobody anticipated: a bug, which should be reported.
 """
 
@@ -17,9 +17,9 @@ import sys
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
-from skillevo import config
-from skillevo.config import Params
-from skillevo.errors import (
+from skillevo.core import config
+from skillevo.core.config import Params
+from skillevo.core.errors import (
     BadInput,
     BrokenEnvironment,
     Interrupted,

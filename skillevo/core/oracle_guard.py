@@ -20,7 +20,7 @@ import re
 from collections.abc import Iterable
 from typing import Any
 
-from skillevo import tasks as tasks_mod
+from skillevo.core import tasks as tasks_mod
 
 CANARY_MARK = "skillevo-oracle-canary"
 ORACLE_LINE_MIN = 20

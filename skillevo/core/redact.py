@@ -13,7 +13,7 @@ import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from skillevo.models import (
+from skillevo.core.models import (
     CREDENTIAL_ENVS as SECRET_ENV,  # the credentials' names live with their reader
 )
 

@@ -1,8 +1,8 @@
 """Arms: named sequences of agent sessions, and which of them a candidate overlay must be tested in.
 
-The candidate arm paired with incumbent arm `A` is `candidate_A` (skillevo.layout): the same sessions, with
+The candidate arm paired with incumbent arm `A` is `candidate_A` (skillevo.core.layout): the same sessions, with
 the frozen overlay committed on top of the incumbent skills. Arms are declared in params.yaml `arms:` and
-read by skillevo.config.
+read by skillevo.core.config.
 
 A session's `skill` is a skill of the family (the prompt asks for it by name), or one of two choices that
 name none, so that what a skill's `description` does is measured too:
@@ -19,8 +19,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from skillevo.errors import BadInput
-from skillevo.layout import candidate_arm
+from skillevo.core.errors import BadInput
+from skillevo.core.layout import candidate_arm
 
 AUTO = "auto"  # the model chooses from the descriptions
 NONE = "none"  # no skill installed: the baseline
@@ -85,7 +85,7 @@ def must_load(expected: str | None) -> bool:
 
 def check_shapes(arms: Mapping[str, Arm], source: str = "params.yaml") -> None:
     """What holds whatever the family: `none` fills whole arms; an auto or none prompt mentions no skill
-    (skillevo.config checks it when params load; BadInput naming the params key)."""
+    (skillevo.core.config checks it when params load; BadInput naming the params key)."""
     for name, arm in sorted(arms.items()):
         for i, session in enumerate(arm.sessions):
             where = f"{source}: arms.{name}.sessions[{i}]"

@@ -16,8 +16,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from skillevo import documents
-from skillevo.errors import BadInput
+from skillevo.core import documents
+from skillevo.core.errors import BadInput
 
 MAX_NAME = 64
 MAX_DESCRIPTION = 1024

@@ -17,12 +17,12 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from skillevo import documents, safefs
-from skillevo.digests import sha256_bytes
-from skillevo.errors import BadInput
-from skillevo.events import STOPPED, USAGE_FIELDS
-from skillevo.layout import candidate_arm
-from skillevo.schemas import load_schema, validate
+from skillevo.core import documents, safefs
+from skillevo.core.digests import sha256_bytes
+from skillevo.core.errors import BadInput
+from skillevo.core.events import STOPPED, USAGE_FIELDS
+from skillevo.core.layout import candidate_arm
+from skillevo.core.schemas import load_schema, validate
 
 _ROW_DEFS = load_schema("result-row")["$defs"]
 
@@ -79,7 +79,7 @@ class Side:
 
 @dataclass(frozen=True)
 class Sequential:
-    """A candidate side that ran in looks (bench.json `sequential`, written by skillevo.sampling.record)."""
+    """A candidate side that ran in looks (bench.json `sequential`, written by skillevo.core.sampling.record)."""
 
     looks: tuple[int, ...]  # candidate runs per (task, arm) at each planned look
     stopped_at_look: int  # 1-based

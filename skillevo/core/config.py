@@ -19,11 +19,11 @@ from typing import Any, TypeVar
 
 import yaml
 
-from skillevo import documents, layout, models, safefs
-from skillevo.arms import Arm, Session, check_shapes
-from skillevo.errors import BadInput
-from skillevo.limits import Limits
-from skillevo.schemas import fill_defaults, load_schema, validate
+from skillevo.core import documents, layout, models, safefs
+from skillevo.core.arms import Arm, Session, check_shapes
+from skillevo.core.errors import BadInput
+from skillevo.core.limits import Limits
+from skillevo.core.schemas import fill_defaults, load_schema, validate
 
 SCHEMA = "params"
 MAX_PARAMS_BYTES = 1 << 20
@@ -46,7 +46,7 @@ class SkillsParams:
     evolvable: tuple[str, ...]
     skills: str  # the canonical directory, repo-relative
     mirrors: tuple[str, ...]
-    frontmatter_keys: frozenset[str] = frozenset()  # allowed beyond the specification's (skillevo.frontmatter)
+    frontmatter_keys: frozenset[str] = frozenset()  # allowed beyond the specification's (skillevo.core.frontmatter)
 
     @property
     def roots(self) -> tuple[str, ...]:
@@ -57,7 +57,7 @@ class SkillsParams:
 @dataclass(frozen=True)
 class TasksParams:
     target_roots: tuple[str, ...]
-    gate: tuple[str, ...]  # skillevo.tasks.split reads these three
+    gate: tuple[str, ...]  # skillevo.core.tasks.split reads these three
     evidence: tuple[str, ...]
     shared: bool
 
@@ -70,7 +70,7 @@ class EvidenceParams:
     max_bundle_bytes: int
     max_learnings: int
     verify_tail_chars: int
-    max_rejected: int  # newest rejected candidates of this incumbent the proposer sees (skillevo.memory)
+    max_rejected: int  # newest rejected candidates of this incumbent the proposer sees (skillevo.core.memory)
 
 
 @dataclass(frozen=True)
@@ -78,7 +78,7 @@ class ProposeParams:
     max_changed_lines: int
     timeout_s: float
     model: str | None
-    allow: tuple[str, ...] = ()  # supporting-files | scripts | privileged-frontmatter (skillevo.overlay)
+    allow: tuple[str, ...] = ()  # supporting-files | scripts | privileged-frontmatter (skillevo.core.overlay)
 
 
 @dataclass(frozen=True)
@@ -89,7 +89,7 @@ class SimulatorParams:
 
 @dataclass(frozen=True)
 class SequentialParams:
-    """`sampling.sequential`: the candidate side's looks and the rule skillevo.sampling.interim stops them by."""
+    """`sampling.sequential`: the candidate side's looks and the rule skillevo.core.sampling.interim stops them by."""
 
     enabled: bool
     first: int  # candidate runs per (task, arm) at the first look

@@ -1,6 +1,6 @@
 """Which model answers a session, and whether its id can be trusted to mean the same model tomorrow.
 
-The pinned CLI's own catalog (skillevo.pins.MODEL_IDS) is the only table of ids: a floating alias (`sonnet`,
+The pinned CLI's own catalog (skillevo.core.pins.MODEL_IDS) is the only table of ids: a floating alias (`sonnet`,
 `default`, `...-latest`) or an id the CLI remaps can change under the evidence between bench and apply, and a
 retired id no longer answers; both are refused. A short id that points at a dated snapshot works, but the
 snapshot is what the API serves, so it earns a warning; every row records the id the API says it served.
@@ -20,8 +20,8 @@ from datetime import date
 from typing import Any
 from urllib.parse import urlsplit
 
-from skillevo.errors import BadInput, BrokenEnvironment
-from skillevo.pins import (
+from skillevo.core.errors import BadInput, BrokenEnvironment
+from skillevo.core.pins import (
     CLAUDE_CODE_VERSION,
     FLOATING_ALIASES,
     MODEL_IDS,

@@ -17,9 +17,9 @@ from typing import Any
 import jsonschema
 from referencing import Registry, Resource
 
-from skillevo.errors import BadInput, one_line
+from skillevo.core.errors import BadInput, one_line
 
-SCHEMA_DIR = Path(__file__).resolve().parent.parent / "schemas"
+SCHEMA_DIR = Path(__file__).resolve().parents[2] / "schemas"
 BASE_URI = "https://skillevo.invalid/schemas/"
 _MAX_MESSAGE = 300  # jsonschema quotes whole instances; a refusal should stay one readable line
 

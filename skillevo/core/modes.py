@@ -5,7 +5,7 @@ DVC hashes file contents, never modes, so a `chmod +x` on a skill's script would
 `skill-modes.json`, the list of the family's executable files, and the bench refuses to run when the family
 on disk disagrees with it; `make modes` rewrites it.
 
-    python -m skillevo.modes --skills skills [--write]
+    python -m skillevo.core.modes --skills skills [--write]
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ import argparse
 import sys
 from pathlib import Path
 
-from skillevo import documents, layout, safefs, stage
-from skillevo.errors import BadInput
+from skillevo.core import documents, layout, safefs, stage
+from skillevo.core.errors import BadInput
 
 SCHEMA_VERSION = 1
 
@@ -44,7 +44,7 @@ def check(path: Path, skills_dir: Path, executables: set[str] | frozenset[str]) 
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m skillevo.modes", description=__doc__,
+    p = argparse.ArgumentParser(prog="python -m skillevo.core.modes", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--skills", type=Path, default=Path("skills"), help="the canonical family [%(default)s]")
     p.add_argument("--params", type=Path, default=layout.PARAMS, help="for skills.frontmatter_keys [%(default)s]")
