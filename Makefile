@@ -95,10 +95,10 @@ modes: setup
 # Outputs, the run-cache and the cell store (docs/cell-store.md), all to the default DVC remote.
 push: setup
 	$(DVC) push --run-cache
-	$(PY) -m skillevo.cellstore push
+	$(PY) -m skillevo.ops.cells push
 
 pull: setup
-	@status=0; $(DVC) pull --run-cache || status=$$?; $(PY) -m skillevo.cellstore pull && exit $$status
+	@status=0; $(DVC) pull --run-cache || status=$$?; $(PY) -m skillevo.ops.cells pull && exit $$status
 
 # Free DVC's cache and the cell store of what can never be served again; unlike `dvc gc -w`, no run-cache entry
 # is left pointing at a deleted object (skillevo/cachegc.py). DRY_RUN=1 only says what it would remove.

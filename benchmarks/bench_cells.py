@@ -29,8 +29,9 @@ import time
 from pathlib import Path
 
 from benchmarks import bare
-from skillevo import sandbox, workspace
+from skillevo import sandbox
 from skillevo.agent import cli
+from skillevo.bench import workspace
 from skillevo.bench.cell import CellSpec, run_cell
 from skillevo.bench.executor import LocalExecutor
 from skillevo.bench.side import SidePlan, build_cells, plan

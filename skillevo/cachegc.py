@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from skillevo import cellstore
+from skillevo.bench import cellstore
 from skillevo.core import documents, layout, stage
 from skillevo.core.errors import BrokenEnvironment
 

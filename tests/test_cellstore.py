@@ -18,11 +18,10 @@ from pathlib import Path
 
 import pytest
 
-from skillevo import cellstore, harness
+from skillevo.bench import cellstore, harness
 from skillevo.bench.side import build_cells, plan, run_side
 from skillevo.core import models
-from skillevo.core.digests import canonical_json, sha256_json
-from skillevo.core.limits import Limits
+from skillevo.core.digests import canonical_json
 from tests.bench_fixtures import ROOT, make_mini, params, write_params
 
 CTX = cellstore.Context(harness="h" * 64, replicate=0, simulator={"noise": "none", "seed": 0, "playbooks": "p"})
@@ -80,7 +79,7 @@ def test_the_key_covers_everything_that_can_change_a_cell(specs):
 
 def test_the_harness_digest_follows_the_bench_code_and_not_the_gate(tmp_path, monkeypatch):
     files = harness.closure(harness.BENCH_SCRIPT)
-    assert {"skillevo/bench/cell.py", "skillevo/sandbox/bwrap.py", "skillevo/cellstore.py", "schemas"} <= files
+    assert {"skillevo/bench/cell.py", "skillevo/sandbox/bwrap.py", "skillevo/bench/cellstore.py", "schemas"} <= files
     assert not any(f.startswith(("skillevo/gate/", "skillevo/apply/")) for f in files)
     for package in ("skillevo", "stages", "schemas"):
         shutil.copytree(ROOT / package, tmp_path / package, ignore=shutil.ignore_patterns("__pycache__"))

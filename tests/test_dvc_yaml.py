@@ -7,12 +7,10 @@ changed module reuse stale results. Both directions are checked against the real
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 import yaml
 
-from skillevo.harness import PACKAGES, ROOT, closure
+from skillevo.bench.harness import PACKAGES, ROOT, closure
 
 
 def _expand(dep: str) -> set[str]:

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from skillevo import workspace
 from skillevo.apply import apply_promotion, revert
+from skillevo.bench import workspace
 from skillevo.bench.cell import run_cell
 from skillevo.bench.side import build_cells, plan
 from skillevo.core import config, layout, models, modes

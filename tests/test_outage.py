@@ -11,7 +11,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from skillevo import cellstore
+from skillevo.bench import cellstore
 from skillevo.core import models
 from skillevo.core.errors import BrokenEnvironment
 from skillevo.simulator import Simulator, load_all

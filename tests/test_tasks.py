@@ -9,7 +9,7 @@ from types import SimpleNamespace
 import pytest
 import yaml
 
-from skillevo import workspace
+from skillevo.bench import workspace
 from skillevo.core import arms, config, layout, tasks
 from skillevo.core.errors import BadInput
 from tests.bench_fixtures import ROOT, make_mini

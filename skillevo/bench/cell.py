@@ -27,9 +27,9 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from skillevo import sandbox, workspace
+from skillevo import sandbox
 from skillevo.agent import SessionSpec, run_session
-from skillevo.bench import checks, churn
+from skillevo.bench import checks, churn, workspace
 from skillevo.core import safefs
 from skillevo.core.arms import Arm
 from skillevo.core.digests import framed_digest, sha256_bytes

@@ -23,9 +23,9 @@ from typing import Any
 
 from tqdm import tqdm
 
-from skillevo import cellstore, harness, sandbox, workspace
+from skillevo import sandbox
 from skillevo.agent import cli
-from skillevo.bench import canary
+from skillevo.bench import canary, cellstore, harness, workspace
 from skillevo.bench.cell import CellResult, CellSpec
 from skillevo.bench.executor import Executor, LocalExecutor
 from skillevo.bench.report import write_report
@@ -302,7 +302,7 @@ def _publish(staging: Path, out: Path, partial: bool) -> None:
 
 
 def store_context(params: Params, p: SidePlan, noise: Noise | None) -> cellstore.Context:
-    """What every cell key of this side shares (skillevo.cellstore)."""
+    """What every cell key of this side shares (skillevo.bench.cellstore)."""
     simulated = None
     if noise is not None:
         books = safefs.read_tree(p.tasks_file.parent / "playbooks", max_file_bytes=4 << 20, max_total_bytes=32 << 20,

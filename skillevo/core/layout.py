@@ -37,7 +37,7 @@ PLAYBOOKS = Path("tasks/playbooks")
 PARAMS = Path("params.yaml")
 PROPOSE_PROMPT = Path("prompts/propose.md")
 LEARNINGS = Path("learnings.jsonl")
-CELL_STORE = Path(".skillevo/cells")  # finished cells by key (skillevo.cellstore); git- and DVC-ignored
+CELL_STORE = Path(".skillevo/cells")  # finished cells by key (skillevo.bench.cellstore); git- and DVC-ignored
 MODES = Path("skill-modes.json")  # the family's execute bits, which DVC cannot see (skillevo.core.modes)
 
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from skillevo.core.digests import framed_digest, sha256_json
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = ("skillevo", "stages")
 BENCH_SCRIPT = "stages/bench.py"
 # Files a module reads at run time besides its imports.

@@ -5,20 +5,18 @@ bench resumes with no finished cell paid twice, and a new generation pays only f
 (docs/cell-store.md). A key covers the task binding, the installed family with its modes (skills and overlay
 digests: every description reaches the model, so a cell depends on all of them), the arm's sessions, the run
 and replicate, model and effort, the CLI version, the simulator's noise and playbooks, the cell's limits, and
-the harness itself (skillevo.harness: its code and the tools' versions), so that a cell measured by an older
+the harness itself (skillevo.bench.harness: its code and the tools' versions), so that a cell measured by an older
 harness is never served after the harness changes.
 
 Only valid measurements are stored: a harness or API fault (an excluded error kind) is never served later.
 Entries are untrusted on the way back in: one that does not parse, is not the key it is filed under, names
 another cell, has artifacts that do not match its row, or is older than `gate.max_age_days` (or dated in the
-future) is not served, and the cell is paid again.
-
-    python -m skillevo.cellstore ls|gc|push|pull [--store DIR]
+future) is not served, and the cell is paid again. Its operator commands (ls, gc, push, pull) are
+skillevo.ops.cells.
 """
 
 from __future__ import annotations
 
-import argparse
 import base64
 import binascii
 import gzip
@@ -27,7 +25,7 @@ import json
 import os
 import sys
 import time
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import asdict, dataclass
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
@@ -35,9 +33,8 @@ from typing import Any
 
 from tqdm import tqdm
 
-from skillevo import harness
 from skillevo.bench.cell import CellResult, CellSpec
-from skillevo.core import documents, layout, pins, safefs, stage
+from skillevo.core import documents, pins, safefs
 from skillevo.core.digests import canonical_json, sha256_bytes, sha256_json
 from skillevo.core.errors import BadInput, BrokenEnvironment
 from skillevo.core.results import EXCLUDED_ERROR_KINDS, check_row_transcripts
@@ -58,7 +55,7 @@ IDENTITY = ("task", "arm", "run", "side", "skills_digest", "overlay_digest", "ta
 class Context:
     """What every cell of one bench shares, fixed before any cell runs."""
 
-    harness: str  # skillevo.harness.digest()
+    harness: str  # skillevo.bench.harness.digest()
     replicate: int  # params sampling.replicate: a fresh replicate is new measurements
     simulator: Mapping[str, Any] | None  # noise profile and seed, playbooks digest; None for a real model
 
@@ -312,39 +309,3 @@ def pull(store: Store, fs: Any, base: str, *, quiet: bool = False) -> tuple[int,
             dropped += 1
             print(f"cells pull: dropped {rel}: {e}", file=sys.stderr)
     return fetched, dropped
-
-
-def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m skillevo.cellstore", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("command", choices=["ls", "gc", "push", "pull"])
-    p.add_argument("--store", type=Path, default=layout.CELL_STORE, help="[%(default)s]")
-    p.add_argument("--params", type=Path, default=layout.PARAMS, help="gate.max_age_days for gc [%(default)s]")
-    p.add_argument("--remote", default=None, help="DVC remote name [the default remote]")
-    p.add_argument("--repo", type=Path, default=Path("."), help="[%(default)s]")
-    p.add_argument("--other-harness", action="store_true",
-                   help="gc: also remove entries measured by another harness than this checkout's")
-    return p
-
-
-def _run(args: argparse.Namespace) -> str:
-    store = Store(args.store)
-    if args.command == "ls":
-        return f"{args.store}: {sum(1 for _ in store.keys())} stored cells"
-    if args.command == "gc":
-        params = stage.load_params("cellstore", argparse.Namespace(params=args.params))
-        counts = store.gc(params.gate.max_age_days, harness_digest=harness.digest() if args.other_harness else None)
-        return "cells gc: " + ", ".join(f"{n} {what.replace('_', ' ')}" for what, n in counts.items())
-    fs, base = remote(args.repo, args.remote, args.command)
-    if args.command == "push":
-        return f"cells push: {push(store, fs, base)} entries uploaded to {base}"
-    fetched, dropped = pull(store, fs, base)
-    return f"cells pull: {fetched} entries fetched from {base}" + (f", {dropped} dropped" if dropped else "")
-
-
-def main(argv: Iterable[str] | None = None) -> int:
-    return stage.main("cells", _parser(), _run, None if argv is None else list(argv))
-
-
-if __name__ == "__main__":
-    sys.exit(main())
