@@ -60,7 +60,7 @@ NOISE ?= realistic
 # One simulated generation: dvc repro, then the decision and where to read it.
 demo: setup
 	$(DVC) repro
-	@$(PY) -m skillevo.generations status
+	@$(PY) -m skillevo.ops.generations status
 
 repro: setup
 	$(DVC) repro
@@ -72,16 +72,16 @@ revert: setup
 	$(PY) -m stages.apply --revert
 
 evolve: setup
-	$(PY) -m skillevo.generations evolve --generations $(GENERATIONS) --dvc $(DVC) --noise $(NOISE)
+	$(PY) -m skillevo.ops.generations evolve --generations $(GENERATIONS) --dvc $(DVC) --noise $(NOISE)
 
 report: setup
-	@$(PY) -m skillevo.generations report
+	@$(PY) -m skillevo.ops.generations report
 
 # `dvc plots show`, readable offline: the Vega versions dvc-render loads from a CDN, installed from npm and
 # inlined into the page (results/plots/index.html).
 VEGA := $(TOOLS)/vega-5.20.2-lite-5.2.0-embed-6.18.2
 plots: setup $(VEGA)/.installed
-	@$(PY) -m skillevo.plots --node-modules $(VEGA)/node_modules --dvc $(DVC)
+	@$(PY) -m skillevo.ops.plots --node-modules $(VEGA)/node_modules --dvc $(DVC)
 
 $(VEGA)/.installed:
 	mkdir -p $(VEGA)
@@ -90,7 +90,7 @@ $(VEGA)/.installed:
 
 # Record the skill family's execute bits in skill-modes.json (the bench refuses a family that disagrees).
 modes: setup
-	$(PY) -m skillevo.core.modes --write
+	$(PY) -m skillevo.ops.modes --write
 
 # Outputs, the run-cache and the cell store (docs/cell-store.md), all to the default DVC remote.
 push: setup
@@ -101,9 +101,9 @@ pull: setup
 	@status=0; $(DVC) pull --run-cache || status=$$?; $(PY) -m skillevo.ops.cells pull && exit $$status
 
 # Free DVC's cache and the cell store of what can never be served again; unlike `dvc gc -w`, no run-cache entry
-# is left pointing at a deleted object (skillevo/cachegc.py). DRY_RUN=1 only says what it would remove.
+# is left pointing at a deleted object (skillevo/ops/gc.py). DRY_RUN=1 only says what it would remove.
 gc: setup
-	$(PY) -m skillevo.cachegc $(if $(DRY_RUN),--dry-run)
+	$(PY) -m skillevo.ops.gc $(if $(DRY_RUN),--dry-run)
 
 # A single sandboxed session against the simulator, for a quick check of the machine.
 session-demo: setup

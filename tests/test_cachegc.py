@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from skillevo import cachegc
+from skillevo.ops import gc as cachegc
 
 DVC = str(Path(sys.executable).with_name("dvc"))
 STAGE = """stages:

@@ -6,7 +6,7 @@ import json
 import shutil
 from pathlib import Path
 
-from skillevo import generations
+from skillevo.ops import generations
 
 START = "2026-12-01T10:00:00+00:00"
 

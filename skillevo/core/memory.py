@@ -2,7 +2,7 @@
 
 Every candidate the gate did not promote against the current incumbent is one entry (newest first): the
 generation that measured it, the incumbent family's digest, the overlay's files and their unified diff against
-that incumbent, and the gate's decision per arm with its reasons. `make evolve` writes it (skillevo.generations
+that incumbent, and the gate's decision per arm with its reasons. `make evolve` writes it (skillevo.ops.generations
 rebuilds it from generations/ at the start of each generation); the evidence stage hands it to the proposer;
 freeze refuses an overlay whose normalised diff equals one rejected for futility (`keep_incumbent` on any arm)
 against the same incumbent. The normal form is docs/formats.md, "Rejected candidates": it is what decides that

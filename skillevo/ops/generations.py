@@ -1,8 +1,8 @@
 """Generations: run `dvc repro` until a candidate promotes, keep every generation, report them all.
 
-    python -m skillevo.generations evolve --generations N
-    python -m skillevo.generations report
-    python -m skillevo.generations status
+    python -m skillevo.ops.generations evolve --generations N
+    python -m skillevo.ops.generations report
+    python -m skillevo.ops.generations status
 
 Each generation is archived under generations/gen-NNN/ (tracked by DVC, so `make push` shares it). At the start
 of each generation, before `dvc repro`, the memory is rebuilt from that archive: previous/memory/ gets the newest
@@ -327,7 +327,7 @@ def status(results: Path = RESULTS) -> str:
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m skillevo.generations", description=__doc__,
+    p = argparse.ArgumentParser(prog="python -m skillevo.ops.generations", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="command", required=True)
     ev = sub.add_parser("evolve", help="run generations until one promotes")

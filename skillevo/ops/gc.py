@@ -8,7 +8,7 @@ result is expired for the gate anyway — removes run-cache entries that are old
 object, and only then deletes every other object. The cell store keeps its artifacts inside its entries, so
 nothing it serves lives in DVC's cache; its own gc drops only entries that can never be served again.
 
-    python -m skillevo.cachegc [--dry-run]
+    python -m skillevo.ops.gc [--dry-run]
 """
 
 from __future__ import annotations
@@ -128,7 +128,7 @@ def collect(repo: Path, max_age_days: float, *, dry_run: bool = False, store: Pa
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m skillevo.cachegc", description=__doc__,
+    p = argparse.ArgumentParser(prog="python -m skillevo.ops.gc", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--repo", type=Path, default=Path("."), help="[%(default)s]")
     p.add_argument("--params", type=Path, default=layout.PARAMS, help="gate.max_age_days [%(default)s]")

@@ -49,7 +49,7 @@ def render(node_modules: Path, out: Path, dvc: str = "dvc") -> Path:
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m skillevo.plots", description=__doc__,
+    p = argparse.ArgumentParser(prog="python -m skillevo.ops.plots", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--node-modules", type=Path, required=True, help="where vega, vega-lite and vega-embed are")
     p.add_argument("--dvc", default="dvc", help="[%(default)s]")
