@@ -31,10 +31,7 @@ from pathlib import Path
 from benchmarks import bare
 from skillevo import sandbox
 from skillevo.agent import cli
-from skillevo.bench import workspace
-from skillevo.bench.cell import CellSpec, run_cell
-from skillevo.bench.executor import LocalExecutor
-from skillevo.bench.side import SidePlan, build_cells, plan
+from skillevo.bench import CellSpec, LocalExecutor, RayExecutor, SidePlan, build_cells, plan, run_cell, workspace
 from skillevo.core import config, layout, models, tasks
 from skillevo.core.config import Params
 from skillevo.simulator import Simulator, load_dir
@@ -244,7 +241,6 @@ def main() -> None:
             rates.append(len(done) / wall * 60)
             print(f"local executor, {workers} worker(s): {len(done)} cells in {wall:.1f}s")
         if args.executor == "ray":
-            from skillevo.bench.ray_executor import RayExecutor  # noqa: PLC0415 - optional engine
             done = []
             start = time.monotonic()
             RayExecutor.from_params(params.bench).run(cells, lambda c, r: done.append(r), threading.Event())

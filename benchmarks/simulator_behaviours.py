@@ -34,7 +34,7 @@ import yaml
 
 from skillevo import sandbox
 from skillevo.agent import SessionSpec, run_session
-from skillevo.bench import checks
+from skillevo.bench import verify
 from skillevo.simulator import Simulator, agent, demo, playbook
 from skillevo.simulator.noise import DRIFTING, REALISTIC, Noise, Profile, cell_key, moment_key, route
 
@@ -103,7 +103,7 @@ def play(sim: Simulator, job: Job, tmp: Path, counter: list[int], lock: threadin
         workspace=ws, model=demo.MODEL, endpoint=sim.url(cell=job.route), transcript_dir=root / "t",
         transcript_name="s", expected_skill="work", timeout_s=600))
     changed = bool(demo.git(ws, "status", "--porcelain", "--untracked-files=all").strip())
-    verified = checks.verify(task["verify"], ws, root / "verify", timeout_s=120).passed
+    verified = verify(task["verify"], ws, root / "verify", timeout_s=120).passed
     out = {"task": job.task, "run": job.run, "ok": rec["ok"], "error_kind": rec["error_kind"], "cost": rec["cost_usd"],
            "turns": rec["num_turns"], "changed": changed, "verify": verified}
     shutil.rmtree(root, ignore_errors=True)

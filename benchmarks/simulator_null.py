@@ -41,7 +41,7 @@ from pathlib import Path
 import yaml
 
 from benchmarks import gate_model
-from skillevo.bench.side import plan, run_side
+from skillevo.bench import plan, run_side
 from skillevo.core import config
 from skillevo.core.layout import CANDIDATE_PREFIX
 

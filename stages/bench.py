@@ -17,7 +17,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from skillevo.bench.side import plan, run_side
+from skillevo.bench import plan, run_side
 from skillevo.core import layout, stage
 
 

@@ -78,7 +78,7 @@ def session_processes(*markers: str) -> list[str]:
 def demo_incumbent(tmp_path_factory) -> tuple[Path, list[dict]]:
     """The demo's incumbent side with one run per arm, without noise (every run exact): (its directory, its rows).
     Costs ~15 s, paid once."""
-    from skillevo.bench.side import plan, run_side
+    from skillevo.bench import plan, run_side
     from tests.bench_fixtures import ROOT, params
 
     out = tmp_path_factory.mktemp("demo-incumbent") / "bench-incumbent"

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from skillevo.bench.side import plan, run_side
+from skillevo.bench import plan, run_side
 from skillevo.core.results import load_side
 from skillevo.gate import build_promotion
 from tests.bench_fixtures import ROOT, params

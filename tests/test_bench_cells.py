@@ -12,8 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from skillevo.bench.cell import run_cell
-from skillevo.bench.side import build_cells, plan, run_side
+from skillevo.bench import build_cells, plan, run_cell, run_side
 from skillevo.core import models
 from skillevo.core.digests import sha256_bytes
 from skillevo.core.schemas import validate

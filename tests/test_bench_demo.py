@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from skillevo.bench.side import plan, run_side
+from skillevo.bench import plan, run_side
 from skillevo.core.schemas import validate
 from tests.bench_fixtures import ROOT, params
 

@@ -9,9 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from skillevo.bench.canary import drift
-from skillevo.bench.executor import LocalExecutor
-from skillevo.bench.side import plan, run_side
+from skillevo.bench import LocalExecutor, drift, plan, run_side
 from tests.bench_fixtures import ROOT, make_mini, params
 
 

@@ -18,8 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from skillevo.bench import cellstore, harness
-from skillevo.bench.side import build_cells, plan, run_side
+from skillevo.bench import build_cells, cellstore, harness, plan, run_side
 from skillevo.core import models
 from skillevo.core.digests import canonical_json
 from tests.bench_fixtures import ROOT, make_mini, params, write_params
@@ -173,7 +172,7 @@ def test_an_entry_that_is_not_what_it_says_is_never_served(stored, tmp_path, how
     side = plan("incumbent", tasks_file, ROOT / "skills", None, p)
     mdl = models.Model("simulator", "claude-sonnet-4-6", "http://127.0.0.1:1")
     cells = build_cells(side, p.bench, mdl, tmp_path / "scratch")
-    from skillevo.bench.side import store_context  # noqa: PLC0415
+    from skillevo.bench import store_context  # noqa: PLC0415
     from skillevo.simulator.noise import Noise  # noqa: PLC0415
 
     ctx = store_context(p, side, Noise.from_params(p.simulator, 0))
@@ -203,7 +202,7 @@ def test_an_entry_that_is_not_what_it_says_is_never_served(stored, tmp_path, how
 def test_faults_are_never_stored(tmp_path, specs):
     store = cellstore.Store(tmp_path / "store")
     row = {"error_kind": "session-error", "recorded_at": "2026-01-01T00:00:00+00:00"}
-    from skillevo.bench.cell import CellResult  # noqa: PLC0415
+    from skillevo.bench import CellResult  # noqa: PLC0415
 
     for kind in sorted(cellstore.EXCLUDED_ERROR_KINDS):
         assert store.put("a" * 64, {}, CellResult({**row, "error_kind": kind})) is False

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from skillevo.bench.side import SidePlan, interleaved
+from skillevo.bench import SidePlan, interleaved
 from skillevo.core.arms import Arm, Session, candidate
 from skillevo.core.errors import BadInput
 from skillevo.core.results import load_side

@@ -11,7 +11,7 @@ import yaml
 
 from skillevo.apply.common import ApplyPaths, ApplyRefused
 from skillevo.apply.inputs import check_headers
-from skillevo.bench.side import plan
+from skillevo.bench import plan
 from skillevo.core import config, frontmatter, layout
 from skillevo.core.errors import BadInput
 from skillevo.gate.report import overlay_section

@@ -18,9 +18,7 @@ import pytest
 
 from skillevo import sandbox
 from skillevo.agent import SessionSpec, cli
-from skillevo.bench import ray_executor
-from skillevo.bench.ray_executor import RayExecutor
-from skillevo.bench.side import plan, run_side
+from skillevo.bench import RayExecutor, plan, ray_executor, run_side
 from skillevo.core import models
 from skillevo.core.errors import BrokenEnvironment
 from skillevo.core.models import API_KEY_ENV, AUTH_TOKEN_ENV, Credential

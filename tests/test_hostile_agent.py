@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from skillevo.bench.side import plan, run_side
+from skillevo.bench import plan, run_side
 from skillevo.core import config
 from skillevo.core.results import load_side
 from skillevo.evidence import make_bundle

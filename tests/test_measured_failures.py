@@ -23,10 +23,8 @@ import pytest
 import yaml
 
 from skillevo.agent import session as session_module
+from skillevo.bench import CellResult, build_cells, churn, plan, run_cell
 from skillevo.bench import cell as cell_module
-from skillevo.bench import churn
-from skillevo.bench.cell import CellResult, run_cell
-from skillevo.bench.side import build_cells, plan
 from skillevo.core import config, models
 from skillevo.core.results import EXCLUDED_ERROR_KINDS, MEASURED_ERROR_KINDS, check_row_transcripts
 from skillevo.core.schemas import validate

@@ -14,9 +14,7 @@ import pytest
 import yaml
 
 from skillevo.apply import apply_promotion, revert
-from skillevo.bench import workspace
-from skillevo.bench.cell import run_cell
-from skillevo.bench.side import build_cells, plan
+from skillevo.bench import build_cells, plan, run_cell, workspace
 from skillevo.core import config, layout, models, modes
 from skillevo.core.errors import BadInput
 from skillevo.simulator import Simulator, load_all

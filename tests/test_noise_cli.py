@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from skillevo.agent import SessionSpec, run_session
-from skillevo.bench.side import plan, run_side
+from skillevo.bench import plan, run_side
 from skillevo.core.results import load_side, read_artifact
 from skillevo.simulator import Simulator, demo
 from skillevo.simulator.noise import NONE, Noise, route

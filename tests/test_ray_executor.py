@@ -34,9 +34,7 @@ try:
 except ImportError as e:  # no skip: without the `ray` extra every test here fails, as CI must notice
     ray, RAY_MISSING = None, f"Ray is not installed ({e}): pip install -e '.[ray]'"
 
-from skillevo.bench import ray_executor
-from skillevo.bench.ray_executor import RayExecutor, RayExecutorError
-from skillevo.bench.side import build_cells, plan, run_side
+from skillevo.bench import RayExecutor, RayExecutorError, build_cells, plan, ray_executor, run_side
 from skillevo.core import config, models
 from skillevo.core.digests import canonical_json, sha256_bytes
 from skillevo.core.models import Model

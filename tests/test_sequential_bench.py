@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from skillevo.bench.side import plan, run_side
+from skillevo.bench import plan, run_side
 from skillevo.core import config
 from skillevo.core.results import load_side, sequential_record
 from tests.bench_fixtures import ROOT, make_mini, params_doc

@@ -15,8 +15,7 @@ import sys
 from collections.abc import Iterable
 from pathlib import Path
 
-from skillevo.bench import harness
-from skillevo.bench.cellstore import Store, pull, push, remote
+from skillevo.bench import cellstore, harness
 from skillevo.core import layout, stage
 
 
@@ -34,17 +33,17 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _run(args: argparse.Namespace) -> str:
-    store = Store(args.store)
+    store = cellstore.Store(args.store)
     if args.command == "ls":
         return f"{args.store}: {sum(1 for _ in store.keys())} stored cells"
     if args.command == "gc":
         params = stage.load_params("cellstore", argparse.Namespace(params=args.params))
         counts = store.gc(params.gate.max_age_days, harness_digest=harness.digest() if args.other_harness else None)
         return "cells gc: " + ", ".join(f"{n} {what.replace('_', ' ')}" for what, n in counts.items())
-    fs, base = remote(args.repo, args.remote, args.command)
+    fs, base = cellstore.remote(args.repo, args.remote, args.command)
     if args.command == "push":
-        return f"cells push: {push(store, fs, base)} entries uploaded to {base}"
-    fetched, dropped = pull(store, fs, base)
+        return f"cells push: {cellstore.push(store, fs, base)} entries uploaded to {base}"
+    fetched, dropped = cellstore.pull(store, fs, base)
     return f"cells pull: {fetched} entries fetched from {base}" + (f", {dropped} dropped" if dropped else "")
 
 
