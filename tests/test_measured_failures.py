@@ -268,7 +268,7 @@ def test_every_error_kind_the_bench_writes_is_declared_in_the_row_schema():
     (as cleanup-failure was, once it was dropped) would fail a side only when it happened."""
     written = set()
     for rel in ("skillevo/agent/session.py", "skillevo/bench/cell.py", "skillevo/bench/side.py",
-                "skillevo/bench/executor.py", "skillevo/bench/ray_executor.py"):
+                "skillevo/bench/sideplan.py", "skillevo/bench/executor.py", "skillevo/bench/ray_executor.py"):
         written |= set(KIND_LITERAL.findall((ROOT / rel).read_text())) - NOT_KINDS
     assert written <= MEASURED_ERROR_KINDS | EXCLUDED_ERROR_KINDS, written - MEASURED_ERROR_KINDS - EXCLUDED_ERROR_KINDS
     assert {"session-failed", "skills-changed", "workspace-error"} <= written & MEASURED_ERROR_KINDS

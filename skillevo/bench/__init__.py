@@ -14,7 +14,8 @@ from skillevo.bench.cell import CellResult, CellSpec, run_cell
 from skillevo.bench.checks import verify
 from skillevo.bench.executor import LocalExecutor
 from skillevo.bench.ray_executor import RayExecutor, RayExecutorError
-from skillevo.bench.side import SidePlan, build_cells, interleaved, plan, run_side, store_context
+from skillevo.bench.side import run_side, store_context
+from skillevo.bench.sideplan import SidePlan, build_cells, interleaved, plan
 
 __all__ = [
     "CellResult",

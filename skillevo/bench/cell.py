@@ -65,7 +65,7 @@ class CellSpec:
     max_retries: int
     limits: Limits
     control_for: str | None = None  # a control cell: the overlay digest of the candidate side it runs beside
-    moment: str | None = None  # the measuring moment (skillevo.bench.side.SidePlan.moment)
+    moment: str | None = None  # the measuring moment (skillevo.bench.sideplan.SidePlan.moment)
     slot: int | None = None  # its place in the side's order
 
     @property
