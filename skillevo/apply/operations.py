@@ -28,9 +28,11 @@ from skillevo.apply.common import (
 from skillevo.apply.fs import Tree
 from skillevo.apply.guard import locked
 from skillevo.apply.inputs import load_inputs, load_receipt, stored_originals
+from skillevo.apply.journal import Commit, marker_tx, sha_or_none
 from skillevo.apply.outcome import Outcome, diff_stat
 from skillevo.apply.recovery import recover
-from skillevo.apply.transaction import Commit, exec_mode, made_dirs, marker_tx, open_all, sha_or_none, transact
+from skillevo.apply.swaps import exec_mode, made_dirs, open_all
+from skillevo.apply.transaction import transact
 from skillevo.core import config
 from skillevo.core.config import Params
 

@@ -17,10 +17,11 @@ from typing import Any
 
 from skillevo.apply import fs
 from skillevo.apply.common import ApplyPaths, ApplyRefused, Log
-from skillevo.apply.transaction import marker_tx, remove_empty_dirs, retract
+from skillevo.apply.journal import marker_tx
+from skillevo.apply.rollback import remove_empty_dirs, retract
 from skillevo.core import documents, safefs
 from skillevo.core.digests import sha256_bytes
-from skillevo.core.errors import BadInput, SkillevoError
+from skillevo.core.errors import BadInput
 
 
 def recover(paths: ApplyPaths, *, log: Log) -> int:
