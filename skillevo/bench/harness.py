@@ -35,7 +35,8 @@ TOOLS = {
 }
 
 
-def _module_file(name: str) -> Path | None:
+def module_file(name: str) -> Path | None:
+    """The file of module `name` (a module, or a package's __init__.py); None for a name defined inside one."""
     path = ROOT.joinpath(*name.split("."))
     if path.with_suffix(".py").is_file():
         return path.with_suffix(".py")
@@ -44,7 +45,9 @@ def _module_file(name: str) -> Path | None:
     return None
 
 
-def _imports(path: Path) -> set[str]:
+def imports(path: Path) -> set[str]:
+    """The skillevo and stages names `path` imports, wherever the import is (also inside a function). The one
+    reading of imports: the stages' closures, the harness digest and tests/test_layout.py all use it."""
     names = set()
     package = ".".join(path.relative_to(ROOT).with_suffix("").parts)
     if path.name == "__init__.py":
@@ -78,8 +81,8 @@ def closure(script: str) -> set[str]:
             init = ROOT / parent / "__init__.py"
             if parent != Path(".") and init.is_file() and init not in seen:
                 todo.append(init)
-        for name in _imports(path):
-            found = _module_file(name)
+        for name in imports(path):
+            found = module_file(name)
             if found is not None:
                 todo.append(found)
     files = {p.relative_to(ROOT).as_posix() for p in seen}

@@ -1,0 +1,94 @@
+"""The layout shows the architecture: skillevo/ is layers, not a heap of modules, and the imports keep it so.
+
+core holds the rules every stage shares and depends on nothing of skillevo but the statistics; the engine
+(agent, sandbox, simulator, stats, bench), the stage libraries and the operator tools sit above it without a
+cycle between packages, so each can be read, tested and changed apart; and no module grows past what one
+reading holds. Imports are read by the harness's own rule (skillevo.bench.harness.imports), the one the stages'
+dvc.yaml dependencies and the cell store's harness digest rest on.
+"""
+
+from __future__ import annotations
+
+from itertools import pairwise
+from pathlib import Path
+
+from skillevo.bench.harness import ROOT, imports, module_file
+
+PACKAGE = ROOT / "skillevo"
+NODES = {"core", "agent", "sandbox", "simulator", "stats", "bench", "evidence", "gate", "apply", "ops", "propose",
+         "freeze"}
+MAX_LINES = 400
+
+
+def _node(path: Path) -> str | None:
+    """The package (or top-level module) a file belongs to; None for skillevo/__init__.py, which is every one's."""
+    first = path.relative_to(PACKAGE).parts[0]
+    return None if first == "__init__.py" else first.removesuffix(".py")
+
+
+def _modules() -> list[Path]:
+    return sorted(p for p in PACKAGE.rglob("*.py") if "__pycache__" not in p.parts)
+
+
+def _graph() -> dict[str, dict[str, set[str]]]:
+    """node -> the nodes it imports, each with the files that do."""
+    graph: dict[str, dict[str, set[str]]] = {}
+    for path in _modules():
+        node = _node(path)
+        if node is None:
+            continue
+        edges = graph.setdefault(node, {})
+        for name in imports(path):
+            found = module_file(name)
+            if found is None or found.relative_to(ROOT).parts[0] != "skillevo":
+                continue
+            target = _node(found)
+            if target is not None and target != node:
+                edges.setdefault(target, set()).add(path.relative_to(ROOT).as_posix())
+    return graph
+
+
+def test_every_module_belongs_to_a_layer():
+    """A new top-level module or package is a new place in the architecture: it is placed here on purpose."""
+    assert set(_graph()) == NODES
+
+
+def test_no_module_is_over_400_lines():
+    long = {p.relative_to(ROOT).as_posix(): n for p in _modules()
+            if (n := len(p.read_text(encoding="utf-8").splitlines())) > MAX_LINES}
+    assert not long, f"split along a seam (over {MAX_LINES} lines): {long}"
+
+
+def test_the_package_import_graph_has_no_cycle():
+    graph = _graph()
+    state: dict[str, str] = {}
+    path: list[str] = []
+
+    def visit(node: str) -> None:
+        state[node] = "open"
+        path.append(node)
+        for target in sorted(graph.get(node, {})):
+            if state.get(target) == "open":
+                cycle = path[path.index(target):] + [target]
+                steps = [f"{a} -> {b} ({', '.join(sorted(graph[a][b]))})" for a, b in pairwise(cycle)]
+                raise AssertionError("package import cycle:\n" + "\n".join(steps))
+            if target not in state:
+                visit(target)
+        path.pop()
+        state[node] = "done"
+
+    for node in sorted(graph):
+        if node not in state:
+            visit(node)
+
+
+def test_core_imports_nothing_but_core_and_stats():
+    outside = {target: files for target, files in _graph()["core"].items() if target != "stats"}
+    assert not outside, f"core must not depend on the layers above it: {outside}"
+
+
+def test_nothing_imports_the_operator_tools():
+    """ops runs around the pipeline; a stage or the engine that imported it would put a tool in a stage's
+    dependencies and the harness digest."""
+    users = {node: edges["ops"] for node, edges in _graph().items() if "ops" in edges}
+    assert not users, users
