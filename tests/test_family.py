@@ -47,6 +47,7 @@ def _install(clone: Path) -> None:
     # bound a resolution drop only within 40 points (docs/gate.md)
     config.set_value(clone / "params.yaml", "sampling", "runs", 3)
     config.set_value(clone / "params.yaml", "gate", "max_resolution_drop_pct", 40)
+    config.set_value(clone / "params.yaml", "gate", "min_total_runs", 9)  # the tails rule, at this test's size
     (clone / "tasks/playbooks/demo.yaml").write_text(yaml.safe_dump(playbook(), sort_keys=False))
     make(clone, "modes")
     run(["git", "-c", "user.name=t", "-c", "user.email=t@t", "add", "-A"], clone)

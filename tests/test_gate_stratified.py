@@ -7,6 +7,7 @@ simulation against this same code.
 
 from __future__ import annotations
 
+import json
 import math
 import random
 
@@ -14,9 +15,10 @@ import pytest
 from scipy import stats as sps
 
 from skillevo import stats
+from skillevo.core import schemas
 from skillevo.core.config import Policy
 from skillevo.core.results import aggregate
-from skillevo.gate import decide_arm
+from skillevo.gate import decide_arm, report
 from tests.gate_rows import CANDIDATE, INCUMBENT, runs
 
 MODEL = "skillevo-sim-1"
@@ -325,3 +327,22 @@ def test_the_decision_does_not_depend_on_row_order():
     forward = decide(aggregate(rows, classes, [INCUMBENT, CANDIDATE]))
     backward = decide(aggregate(rows[::-1], classes, [INCUMBENT, CANDIDATE]))
     assert forward == backward
+
+
+def test_an_unbounded_interval_is_null_in_promotion_json_and_reads_as_unbounded():
+    """Three runs a cell, a task whose resamples often resolve nothing: its bootstrap-t quantile is infinite. JSON
+    has no infinity, so the gate once crashed writing promotion.json (CI, realistic noise at 3 runs)."""
+    inc = {"t0": [(2.1183, False), (1.2341, True), (0.7868, True)], "t1": [(0.2924, True), (0.8988, True),
+           (0.9267, False)], "t2": [(1.2455, True), (0.5693, True), (2.5802, True)]}
+    cand = {"t0": [(1.2085, False), (1.0834, False), (0.5392, True)], "t1": [(1.8692, True), (1.2147, False),
+            (0.4041, True)], "t2": [(1.4174, True), (0.5623, True), (0.9831, True)]}
+    rows = []
+    for task in inc:
+        for arm, runs_ in ((INCUMBENT, inc[task]), (CANDIDATE, cand[task])):
+            rows += runs(task, arm, [c for c, _ in runs_], kinds=[None if ok else "verify-failed" for _, ok in runs_])
+    decision = decide(aggregate(rows, dict.fromkeys(inc, "trivial"), [INCUMBENT, CANDIDATE]), **FEW,
+                      max_resolution_drop_pct=100)
+    assert decision["tasks"][0]["interval_pct"][0] is None  # t0: no finite bound on how much dearer
+    json.dumps(decision, allow_nan=False)
+    schemas.schema_validator("promotion", "decision").validate(decision)
+    assert any(line.startswith("| t0 |") and "unbounded to" in line for line in report._decision_section(decision))

@@ -181,6 +181,7 @@ def test_a_candidate_session_reads_the_new_file_in_its_workspace(tmp_path):
     side = plan("candidate", pipe.paths.tasks, pipe.repo / "skills", pipe.paths.freeze / "overlay", params)
     assert side.overlay_digest == pipe.manifest["overlay_digest"]
     side.tasks, side.runs = [t for t in side.tasks if t.id == "greet"], 1
+    side.controls = []  # the subject is the candidate arm's template; its incumbent control is the family's own
     book = copy.deepcopy(PLAYBOOK)
     work = next(t for t in book["tasks"] if t["id"] == "greet")["sessions"]["work"]
     work.insert(0, {"read": f".claude/skills/{REFERENCE}"})

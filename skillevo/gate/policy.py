@@ -130,7 +130,7 @@ def _task_row(pair: Pair, estimate: tuple[float, tuple[float, float]] | None, se
         "incumbent_rate": round(inc["resolved"] / inc["valid_runs"], 4) if inc["valid_runs"] else None,
         "candidate_rate": round(cand["resolved"] / cand["valid_runs"], 4) if cand["valid_runs"] else None,
         "improvement_pct": None if estimate is None else round(estimate[0], 2),
-        "interval_pct": None if estimate is None else [round(v, 2) for v in estimate[1]],
+        "interval_pct": None if estimate is None else stats.interval(estimate[1]),
         "seed": seed,
         "incumbent": dict(inc),
         "candidate": dict(cand),

@@ -17,7 +17,7 @@ from skillevo.core import documents, safefs
 from skillevo.core.results import Side, side_totals
 from skillevo.gate import figures
 from skillevo.gate.verdict import INSUFFICIENT_EVIDENCE, KEEP_INCUMBENT, PROMOTE
-from skillevo.stats import p_text
+from skillevo.stats import bound_text, p_text
 
 # Ordered so that `dvc metrics diff` reads up as better: promote > keep > insufficient.
 DECISION_CODES = {PROMOTE: 1, KEEP_INCUMBENT: 0, INSUFFICIENT_EVIDENCE: -1}
@@ -56,7 +56,9 @@ def metrics(promotion: Mapping[str, Any], totals: Mapping[str, Mapping[str, floa
         estimate, quality, protocol = decision["estimate"], decision["quality"], decision["per_protocol"]
         if estimate:
             flat[f"{arm}.improvement_pct"] = estimate["improvement_pct"]
-            flat[f"{arm}.interval_low_pct"], flat[f"{arm}.interval_high_pct"] = estimate["interval_pct"]
+            for side, bound in zip(("low", "high"), estimate["interval_pct"], strict=True):
+                if bound is not None:  # unbounded: no figure rather than a made-up one
+                    flat[f"{arm}.interval_{side}_pct"] = bound
             flat[f"{arm}.p_value"] = estimate["p_value"]
             if estimate["per_resolved"]:
                 flat[f"{arm}.control_per_resolved"] = estimate["per_resolved"]["incumbent"]
@@ -110,8 +112,8 @@ def _per(estimate: Mapping[str, Any]) -> str:
 
 def _estimate(estimate: Mapping[str, Any]) -> str:
     low, high = estimate["interval_pct"]
-    return (f"{estimate['improvement_pct']:.1f}% cheaper ({100 * estimate['confidence']:g}% interval {low:.1f}% to "
-            f"{high:.1f}%, {p_text(estimate)})")
+    return (f"{estimate['improvement_pct']:.1f}% cheaper ({100 * estimate['confidence']:g}% interval "
+            f"{bound_text(low)} to {bound_text(high)}, {p_text(estimate)})")
 
 
 def render_report(promotion: Mapping[str, Any], totals: Mapping[str, Mapping[str, float | int]],
@@ -207,7 +209,7 @@ def _decision_section(decision: Mapping[str, Any]) -> list[str]:
     ]
     for row in decision["tasks"]:
         inc, cand = row["incumbent"], row["candidate"]
-        span = "–" if row["interval_pct"] is None else f"{row['interval_pct'][0]:.1f}% to {row['interval_pct'][1]:.1f}%"
+        span = "–" if row["interval_pct"] is None else " to ".join(bound_text(v) for v in row["interval_pct"])
         lines.append(f"| {row['task']} | {_resolved(inc)} | {_resolved(cand)} | {_number(_mean(inc, metric))} "
                      f"| {_number(_mean(cand, metric))} | {_pct(row['improvement_pct'])} | {span} |")
     seed = decision["seed"]

@@ -8,7 +8,7 @@
 - power: what a sampling plan can detect, for the preflight.
 """
 
-from skillevo.stats.estimate import Estimate, p_text, significant
+from skillevo.stats.estimate import Estimate, bound_text, interval, p_text, significant
 from skillevo.stats.geometric import log_ratio
 from skillevo.stats.looks import LOOK_BOUNDARIES, look_fractions, look_levels, spent
 from skillevo.stats.per_resolved import per_resolved
@@ -20,6 +20,6 @@ from skillevo.stats.power import (
 )
 from skillevo.stats.resolution import Quality, quality, runs_to_bound_drop
 
-__all__ = ["LOOK_BOUNDARIES", "Estimate", "Quality", "detectable_improvement_pct", "detectable_per_resolved_pct",
-           "log_ratio", "look_fractions", "look_levels", "per_resolved", "per_resolved_variance", "quality",
+__all__ = ["LOOK_BOUNDARIES", "Estimate", "Quality", "bound_text", "detectable_improvement_pct",
+           "detectable_per_resolved_pct", "interval", "log_ratio", "look_fractions", "look_levels", "per_resolved", "per_resolved_variance", "quality",
            "p_text", "runs_for_saving", "runs_to_bound_drop", "significant", "spent"]

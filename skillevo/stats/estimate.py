@@ -31,7 +31,7 @@ class Estimate:
             "estimand": self.estimand,
             "method": self.method,
             "improvement_pct": round(self.improvement_pct, 2),
-            "interval_pct": [round(v, 2) for v in self.interval_pct],
+            "interval_pct": interval(self.interval_pct),
             "confidence": round(1 - 2 * alpha, 6),
             "ratio": significant(self.ratio, 6),
             "p_value": significant(self.p_value),
@@ -49,6 +49,16 @@ def p_text(estimate: dict[str, object]) -> str:
     p, resamples = estimate["p_value"], estimate.get("resamples")
     floor = significant(1 / (resamples + 1)) if isinstance(resamples, int) and resamples > 0 else None
     return f"p<={p:.3g}" if p == floor else f"p={p:.3g}"
+
+
+def interval(bounds: tuple[float, float]) -> list[float | None]:
+    """An interval as promotion.json holds it: rounded to 0.01 points, an unbounded side (a bootstrap quantile
+    from resamples without spread) as null, since JSON has no infinity."""
+    return [round(v, 2) if math.isfinite(v) else None for v in bounds]
+
+
+def bound_text(value: float | None) -> str:
+    return "unbounded" if value is None else f"{value:.1f}%"
 
 
 def significant(value: float, digits: int = 3) -> float:
