@@ -16,7 +16,8 @@ import yaml
 
 from skillevo.core import config
 from tests.bench_fixtures import ROOT
-from tests.test_pipeline import clone_of_head, make, run
+from tests.test_pipeline import make, run
+from tests.worktree import clone_of_worktree
 
 pytestmark = [pytest.mark.cli, pytest.mark.bwrap]
 FAMILY = ROOT / "tests/families/realistic"
@@ -60,7 +61,7 @@ def _rows(side: Path) -> list[dict]:
 
 def test_a_realistic_family_runs_a_whole_generation_and_apply(tmp_path):
     assert os.access(FAMILY / "skills" / SCRIPT, os.X_OK)
-    clone = clone_of_head(tmp_path / "clone")
+    clone = clone_of_worktree(tmp_path / "clone")
     _install(clone)
     assert json.loads((clone / "skill-modes.json").read_text())["executable"] == [SCRIPT]
     out = make(clone, "demo")

@@ -1,7 +1,8 @@
 """The DVC pipeline as users run it: a fresh clone, `make demo`, reuse, sharing, apply, evolve.
 
-Each test works in a `git clone` of this checkout's HEAD and reuses this checkout's venv and CLI
-(VENV/TOOLS), so what is tested is exactly what is committed.
+Each test works in a git repository holding this checkout's working tree (what `git add -A` would commit, as
+one commit over HEAD) and reuses this checkout's venv and CLI (VENV/TOOLS): an uncommitted change is tested,
+never passed over.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import yaml
 from skillevo.core import config
 from tests.bench_fixtures import ROOT
 from tests.conftest import cmdline
+from tests.worktree import clone_of_worktree
 
 pytestmark = [pytest.mark.cli, pytest.mark.bwrap]
 WASTEFUL = "Read every module of the package end to end before editing"
@@ -47,9 +49,6 @@ def ran(output: str) -> set[str]:
     return set(re.findall(r"Running stage '([^']+)'", output))
 
 
-def clone_of_head(dest: Path) -> Path:
-    subprocess.run(["git", "clone", "-q", str(ROOT), str(dest)], check=True)
-    return dest
 
 
 def sessions(log: Path) -> int:
@@ -59,7 +58,7 @@ def sessions(log: Path) -> int:
 @pytest.fixture(scope="module")
 def demo(tmp_path_factory) -> dict:
     root = tmp_path_factory.mktemp("pipeline")
-    clone = clone_of_head(root / "clone")
+    clone = clone_of_worktree(root / "clone")
     log = root / "sessions.log"
     output = make(clone, "demo", SKILLEVO_SIMULATOR_SESSION_LOG=str(log))
     return {"root": root, "clone": clone, "output": output, "sessions": sessions(log)}
@@ -211,7 +210,7 @@ def test_a_bench_killed_with_its_stage_or_its_dvc_resumes_paying_for_no_finished
 
 
 def _reproduce_elsewhere(demo: dict, dest: Path, remote_setup: list[list[str]], **env: str) -> tuple[str, int]:
-    clone = clone_of_head(dest)
+    clone = clone_of_worktree(dest)
     for cmd in remote_setup:
         run([DVC, *cmd], clone, **env)
     log = dest.parent / f"{dest.name}-sessions.log"
@@ -315,7 +314,7 @@ def test_evolve_hands_every_rejection_on_leaves_dvc_clean_and_a_teammate_reprodu
     """Three generations of a null candidate under realistic noise: each proposal is one no earlier generation made,
     the evidence shows every earlier rejection, nothing is left for `dvc status` or `make demo`, and a teammate's
     `dvc repro --pull` on a fresh clone runs nothing and leaves dvc.lock byte for byte as committed."""
-    clone = clone_of_head(tmp_path / "clone")
+    clone = clone_of_worktree(tmp_path / "clone")
     better = "".join(l for l in (clone / "skills/work/SKILL.md").read_text().splitlines(True) if WASTEFUL not in l)
     for rel in ("skills/work/SKILL.md", ".claude/skills/work/SKILL.md"):  # an incumbent the simulator cannot improve
         (clone / rel).write_text(better)
@@ -378,7 +377,7 @@ def test_evolve_hands_every_rejection_on_leaves_dvc_clean_and_a_teammate_reprodu
 
 
 def test_evolve_confirms_a_promotion_with_a_fresh_replicate_before_it_is_final(tmp_path):
-    clone = clone_of_head(tmp_path / "clone")
+    clone = clone_of_worktree(tmp_path / "clone")
     doc = yaml.safe_load((clone / "params.yaml").read_text())
     # mechanics, not statistics: one gate task of 10 runs, and a gate told that 10 runs an arm are enough
     doc["sampling"].update(runs=10, incumbent_runs=2)
@@ -415,7 +414,7 @@ def test_a_null_candidate_under_realistic_noise_is_not_promoted_and_rows_follow_
     that steers nothing the agent does; the whole generation runs under `realistic` noise (docs/simulator.md)."""
     from scipy.stats import binom
 
-    clone = clone_of_head(tmp_path / "clone")
+    clone = clone_of_worktree(tmp_path / "clone")
     better = "".join(l for l in (clone / "skills/work/SKILL.md").read_text().splitlines(True) if WASTEFUL not in l)
     for rel in ("skills/work/SKILL.md", ".claude/skills/work/SKILL.md"):
         (clone / rel).write_text(better)
