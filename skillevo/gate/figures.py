@@ -8,19 +8,26 @@ from __future__ import annotations
 
 import io
 from collections.abc import Mapping
+from types import ModuleType
 from typing import Any
 
-import matplotlib
 
-matplotlib.use("svg")
-import matplotlib.pyplot as plt  # noqa: E402 - after choosing the backend
+def _pyplot() -> ModuleType:
+    """pyplot on the SVG backend, imported when a figure is drawn: matplotlib costs about a second, and apply
+    (which re-derives the decision through this package) never draws."""
+    import matplotlib
 
-matplotlib.rcParams["svg.hashsalt"] = "skillevo"
-matplotlib.rcParams["svg.fonttype"] = "none"  # text stays text: smaller, searchable, no font outlines
+    matplotlib.use("svg")
+    matplotlib.rcParams["svg.hashsalt"] = "skillevo"
+    matplotlib.rcParams["svg.fonttype"] = "none"  # text stays text: smaller, searchable, no font outlines
+    import matplotlib.pyplot as plt
+
+    return plt
 
 
 def improvement_svg(promotion: Mapping[str, Any]) -> str:
     """Per candidate arm, each task's estimated improvement with its interval, and the overall estimate."""
+    plt = _pyplot()
     decisions = promotion["decisions"]
     labels, points, lows, highs, colours = [], [], [], [], []
     palette = plt.get_cmap("tab10")
@@ -55,7 +62,7 @@ def improvement_svg(promotion: Mapping[str, Any]) -> str:
         axes.set_title("Estimated improvement and interval, per task and overall")
         figure.tight_layout()
         buffer = io.StringIO()
-        figure.savefig(buffer, format="svg", metadata={"Date": None})
+        figure.savefig(buffer, format="svg", metadata={"Date": None}, bbox_inches="tight")  # nothing clipped
     finally:
         plt.close(figure)
     return buffer.getvalue()

@@ -12,8 +12,6 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-from scipy import stats as sps
-
 from skillevo.stats.estimate import Estimate, pct
 
 Stratum = tuple[Sequence[float], Sequence[float]]  # (incumbent values, candidate values) of one task
@@ -22,6 +20,7 @@ Stratum = tuple[Sequence[float], Sequence[float]]  # (incumbent values, candidat
 def log_ratio(strata: Sequence[Stratum], alpha: float) -> Estimate | None:
     """A stratified one-sided t-test on the log metric; None when the spread cannot be estimated (no stratum
     with two runs in an arm) or a value is not positive (a log scale has no place for zero)."""
+    from scipy import stats as sps
     if not strata or any(not inc or not cand for inc, cand in strata):
         return None
     if any(v <= 0 for inc, cand in strata for v in (*inc, *cand)):

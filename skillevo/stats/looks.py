@@ -9,8 +9,6 @@ from collections.abc import Sequence
 from functools import lru_cache
 
 import numpy as np
-from scipy import optimize
-from scipy import stats as sps
 
 
 LOOK_BOUNDARIES = ("spending", "bonferroni")  # params gate.look_boundary
@@ -31,6 +29,7 @@ def spent(fraction: float, alpha: float) -> float:
     planned candidate runs (all of it at 1). Early looks get almost none, so the last keeps nearly the fixed
     level. Spending on the run fraction rather than the information (look_fractions, which the shared incumbent
     pushes towards 1 from the first look) is one more pre-planned time scale: it keeps alpha just as well."""
+    from scipy import stats as sps
     if fraction >= 1:
         return alpha
     return float(2 * sps.norm.sf(sps.norm.isf(alpha / 2) / math.sqrt(fraction)))
@@ -53,6 +52,7 @@ def look_levels(looks: Sequence[int], alpha: float, boundary: str = "spending") 
 
 @lru_cache(maxsize=256)
 def _look_levels(looks: tuple[int, ...], alpha: float, boundary: str) -> tuple[float, ...]:
+    from scipy import stats as sps
     fractions = look_fractions(looks)
     cumulative = [spent(n / looks[-1], alpha) for n in looks]
     increments = [b - a for a, b in zip([0.0, *cumulative], cumulative)]
@@ -69,6 +69,8 @@ def _boundaries(fractions: Sequence[float], increments: Sequence[float]) -> list
     """z-boundaries c_j with P(first crossing at look j) = increments[j] for Brownian motion B observed at the
     fractions (Z_j = B(t_j) / sqrt(t_j)): the density of B on the continuation region is carried from look to
     look on a grid (Simpson weights) and each boundary is solved for in turn."""
+    from scipy import optimize
+    from scipy import stats as sps
     bounds: list[float] = []
     grid = weights = density = None
     previous = 0.0

@@ -8,8 +8,6 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from scipy import stats as sps
-
 from skillevo.stats.estimate import significant
 
 Counts = tuple[int, int]  # (resolved, valid runs)
@@ -41,6 +39,7 @@ def quality(strata: Sequence[tuple[Counts, Counts]], alpha: float) -> Quality:
     """Pooled drop with a MOVER upper bound built from exact one-sided limits (conservative: with every run of
     both arms resolved, the bound is 1 - alpha ** (1 / n), so n runs per arm can rule out a drop of that much
     and no less), and a continuity-corrected Cochran-Mantel-Haenszel statistic for each direction."""
+    from scipy import stats as sps
     r_inc, n_inc = (sum(c[0][k] for c in strata) for k in (0, 1))
     r_cand, n_cand = (sum(c[1][k] for c in strata) for k in (0, 1))
     p_inc, p_cand = r_inc / n_inc, r_cand / n_cand
