@@ -8,6 +8,7 @@ The bench and propose cases are refused before any sandbox or session starts.
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import re
@@ -338,16 +339,32 @@ def test_the_unbroken_world_passes_every_stage(world: World, stage):
     assert result.returncode == 0, result.stderr
 
 
+# One case per stage also runs as a program: its exit code and stderr as `dvc repro` sees them. The rest call the
+# stage's main() in this process (the library is the subject; a process each cost ~2 s, 100 times).
+AS_PROGRAM = frozenset(min(n for n, case in CASES.items() if case[0] is stage) for stage in (gate, freeze, evidence, apply))
+
+
+def _refusal(argv: list[str], name: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+             ) -> tuple[int, str]:
+    if name in AS_PROGRAM:
+        result = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=120)
+        return result.returncode, result.stderr
+    monkeypatch.chdir(ROOT)
+    capsys.readouterr()
+    code = importlib.import_module(argv[2]).main(argv[3:])
+    return code, capsys.readouterr().err
+
+
 @pytest.mark.parametrize("name", sorted(CASES))
-def test_a_hostile_input_is_refused_in_one_line_naming_file_and_rule(world: World, name: str):
+def test_a_hostile_input_is_refused_in_one_line_naming_file_and_rule(world: World, name: str, capsys, monkeypatch):
     _, breaks, expected = CASES[name]
     skills_before = {p: p.read_bytes() for p in sorted(world.repo.rglob("SKILL.md")) if p.is_file()}
     breaks(world)
     argv = _argv(name, world)
-    result = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=120)
-    lines = result.stderr.splitlines()
-    assert result.returncode == BAD_INPUT, (result.returncode, result.stderr[-2000:])
-    assert "Traceback" not in result.stderr
+    code, stderr = _refusal(argv, name, capsys, monkeypatch)
+    lines = stderr.splitlines()
+    assert code == BAD_INPUT, (code, stderr[-2000:])
+    assert "Traceback" not in stderr
     assert len(lines) == 1, lines
     assert re.search(expected, lines[0]), lines[0]
     assert lines[0].startswith(f"{argv[2].removeprefix('stages.')}: refused: ")
