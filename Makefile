@@ -15,7 +15,7 @@ export PATH := $(abspath $(VENV))/bin:$(PATH)
 export SKILLEVO_CLAUDE := $(abspath $(CLAUDE_BIN))
 export DVC_NO_ANALYTICS := 1
 
-.PHONY: setup system-packages demo repro apply revert evolve report push pull gc session-demo test bench-session bench-cells bench-pipeline gate-study demo-seeds bench-economy gate-study-simulator plots modes clean
+.PHONY: setup system-packages demo repro apply revert evolve report push pull gc session-demo test test-full bench-session bench-cells bench-pipeline gate-study demo-seeds bench-economy gate-study-simulator plots modes clean
 setup: system-packages $(INSTALLED) $(CLAUDE_BIN)
 
 # bwrap, socat (the model relay and Claude's inner sandbox), git, and Debian's python3 with pytest (what
@@ -109,8 +109,15 @@ gc: setup
 session-demo: setup
 	$(PY) -m skillevo.simulator.demo
 
+# Two tiers (docs/testing.md): `test` is everything that needs no CLI, bubblewrap or Ray (minutes, in-process);
+# `test-full` is all of it, end to end, in WORKERS processes (a test file stays on one worker: module fixtures).
+FAST = not cli and not bwrap and not ray
+WORKERS ?= 2
 test: setup
-	$(PY) -m pytest -q $(PYTEST_ARGS)
+	$(PY) -m pytest -q -m "$(FAST)" $(PYTEST_ARGS)
+
+test-full: setup
+	$(PY) -m pytest -q -n $(WORKERS) --dist loadfile $(PYTEST_ARGS)
 
 bench-session: setup
 	$(PY) -m benchmarks.session_overhead
