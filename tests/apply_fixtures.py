@@ -17,7 +17,7 @@ from pathlib import Path
 import yaml
 
 from skillevo.apply import ApplyPaths
-from skillevo.core import config, tasks
+from skillevo.core import config, dvcfiles, tasks
 from skillevo.core.results import load_side
 from skillevo.freeze import freeze
 from skillevo.gate import build_promotion, write_promotion
@@ -106,7 +106,7 @@ def _out_entry(repo: Path, rel: str) -> dict:
     listing = [{"md5": _md5(p.read_bytes()), "relpath": p.relative_to(path).as_posix()} for p in files]
     text = json.dumps(sorted(listing, key=lambda e: e["relpath"])).encode()
     digest = _md5(text) + ".dir"
-    cached = repo / ".dvc/cache/files/md5" / digest[:2] / digest[2:]
+    cached = dvcfiles.object_path(repo, digest)
     cached.parent.mkdir(parents=True, exist_ok=True)
     if cached.exists():
         cached.chmod(0o644)
@@ -215,6 +215,8 @@ def make_pipeline(tmp_path: Path, *, candidate_costs: dict[str, list[float]] | N
             (repo / root / rel).write_bytes(data)
             os.chmod(repo / root / rel, 0o755 if rel in executable else 0o644)
     (repo / "params.yaml").write_text(yaml.safe_dump(params(allow=allow)), encoding="utf-8")
+    (repo / ".dvc").mkdir()  # a DVC project, as `dvc init` leaves one (its cache where DVC says, by default)
+    (repo / ".dvc/config").write_text("")
     git(repo, "init", "-q")
     git(repo, "add", "-A")
     git(repo, "commit", "-q", "-m", "skills")

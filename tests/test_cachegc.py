@@ -34,19 +34,25 @@ def _runs(repo: Path) -> int:
     return len(log.read_text().splitlines()) if log.exists() else 0
 
 
-@pytest.fixture
-def project(tmp_path) -> Path:
-    """A DVC project whose one stage ran for x=1, then x=2, then x=1 again (served by the run-cache)."""
+def _project(tmp_path: Path, *, shared_cache: Path | None = None) -> Path:
     repo = tmp_path / "repo"
     repo.mkdir()
     subprocess.run(["git", "init", "-q"], cwd=repo, check=True)
     _dvc(repo, "init", "-q")
+    if shared_cache:
+        _dvc(repo, "cache", "dir", str(shared_cache))
     (repo / "dvc.yaml").write_text(STAGE)
     for x in (1, 2, 1):
         (repo / "params.yaml").write_text(f"x: {x}\n")
         _dvc(repo, "repro")
     assert _runs(repo) == 2
     return repo
+
+
+@pytest.fixture
+def project(tmp_path) -> Path:
+    """A DVC project whose one stage ran for x=1, then x=2, then x=1 again (served by the run-cache)."""
+    return _project(tmp_path)
 
 
 def _switch_and_repro(repo: Path, x: int) -> int:
@@ -96,3 +102,16 @@ def test_dry_run_removes_nothing(project):
     report = cachegc.collect(project, 90, dry_run=True)
     assert report.removed_objects == 1 and stray.exists()
     assert sorted(p for p in (project / ".dvc/cache").rglob("*")) == sorted([*before, stray.parent, stray])
+
+
+def test_gc_frees_a_cache_shared_through_cache_dir(tmp_path):
+    """`dvc cache dir` outside the project (a cache shared by checkouts): gc collects there, where DVC keeps it."""
+    shared = tmp_path / "shared-cache"
+    repo = _project(tmp_path, shared_cache=shared)
+    assert not (repo / ".dvc/cache/files").exists() and (shared / "runs").is_dir()
+    stray = shared / "files/md5/ff" / ("2" * 30)
+    stray.parent.mkdir(parents=True, exist_ok=True)
+    stray.write_bytes(b"an object nothing uses")
+    report = cachegc.collect(repo, 90)
+    assert (report.removed_objects, report.kept_entries) == (1, 2) and not stray.exists()
+    assert _switch_and_repro(repo, 2) == 0  # what the run-cache serves stayed

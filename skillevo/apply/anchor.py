@@ -9,16 +9,15 @@ output together (README, Security).
 
 from __future__ import annotations
 
-import configparser
 import hashlib
 import os
 from pathlib import Path
 from typing import Any
 
 from skillevo.apply.common import ApplyRefused
-from skillevo.core import documents, safefs
+from skillevo.core import documents, dvcfiles, safefs
 
-LOCK = "dvc.lock"
+LOCK = dvcfiles.LOCK
 MAX_OUTPUT_BYTES = 1 << 30
 _RULE = "(rule: outputs match dvc.lock)"
 
@@ -45,15 +44,8 @@ def _recorded(repo: Path) -> dict[str, str]:
     return outs
 
 
-def _cache_dir(repo: Path) -> Path:
-    config = configparser.ConfigParser()
-    config.read([repo / ".dvc/config", repo / ".dvc/config.local"])
-    configured = config.get("cache", "dir", fallback=None)
-    return (repo / ".dvc" / configured).resolve() if configured else repo / ".dvc/cache"
-
-
 def _listing(repo: Path, digest: str, where: str) -> dict[str, str]:
-    path = _cache_dir(repo) / "files/md5" / digest[:2] / digest[2:]
+    path = dvcfiles.object_path(repo, digest)
     try:
         entries: Any = documents.load_json(path, what="DVC directory listing")
     except ApplyRefused:

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from skillevo.bench import cellstore
-from skillevo.core import documents, layout, stage
+from skillevo.core import documents, dvcfiles, layout, stage
 from skillevo.core.errors import BrokenEnvironment
 
 DAY_S = 86400
@@ -81,7 +81,7 @@ def _closure(files: Path, hashes: Iterable[str]) -> tuple[set[str], bool]:
 
 
 def _lock_entries(repo: Path) -> Iterator[Any]:
-    lock = repo / "dvc.lock"
+    lock = repo / dvcfiles.LOCK
     if lock.is_file():
         yield from (documents.load_yaml(lock, what="dvc.lock").get("stages") or {}).values()
     for tracked in repo.rglob("*.dvc"):
@@ -91,9 +91,9 @@ def _lock_entries(repo: Path) -> Iterator[Any]:
 
 def collect(repo: Path, max_age_days: float, *, dry_run: bool = False, store: Path | None = None) -> Report:
     """Collect the cache of the DVC project at `repo` (and the cell store, when given)."""
-    files, runs = repo / ".dvc/cache/files/md5", repo / ".dvc/cache/runs"
     if not (repo / ".dvc").is_dir():
         raise BrokenEnvironment(f"{repo}: not a DVC project (no .dvc/) (rule: gc runs in the project)")
+    files, runs = dvcfiles.objects(repo), dvcfiles.run_cache(repo)  # cache.dir honoured: a shared cache too
     report = Report()
     keep, _ = _closure(files, (md5 for entry in _lock_entries(repo) for md5 in _outs(entry)))
     report.kept_objects = len(keep)

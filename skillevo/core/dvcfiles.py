@@ -1,0 +1,33 @@
+"""Where DVC keeps what skillevo reads of it: the cache (its content-addressed objects and its run-cache) and the
+lock file. The cache's place is DVC's to say: `cache.dir` may be set in .dvc/config, config.local, or the user's
+or the system's DVC config (a cache shared between checkouts), so it is asked of DVC itself."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+LOCK = "dvc.lock"
+
+
+def cache_dir(repo: Path) -> Path:
+    """The cache directory DVC uses for the project at `repo`."""
+    if not (repo / ".dvc").is_dir():
+        raise FileNotFoundError(f"{repo}: not a DVC project (no .dvc/)")
+    from dvc.repo import Repo  # DVC's import costs about a second: only the stages that read its cache pay it
+
+    with Repo(str(repo), uninitialized=True) as project:  # uninitialized: no git needed to say where the cache is
+        return Path(project.cache.local_cache_dir)
+
+
+def objects(repo: Path) -> Path:
+    """The directory of content-addressed objects (DVC 3: `files/md5` below the cache)."""
+    return cache_dir(repo) / "files" / "md5"
+
+
+def object_path(repo: Path, md5: str) -> Path:
+    """An object's file; a directory's `<md5>.dir` is its JSON listing."""
+    return objects(repo) / md5[:2] / md5[2:]
+
+
+def run_cache(repo: Path) -> Path:
+    return cache_dir(repo) / "runs"
