@@ -18,13 +18,15 @@ from typing import Any
 
 from skillevo.core import documents
 from skillevo.core.errors import BadInput
+from skillevo.core.schemas import load_schema
 
-MAX_NAME = 64
+_SKILL_NAME = load_schema("common")["$defs"]["skill_name"]  # one definition: params refuse what this refuses
+MAX_NAME = _SKILL_NAME["maxLength"]
 MAX_DESCRIPTION = 1024
 MAX_COMPATIBILITY = 500
 MAX_HEADER_BYTES = 16 << 10
-NAME = re.compile(r"^[a-z0-9]+(-[a-z0-9]+)*$")  # lowercase letters, digits, single inner hyphens
-RESERVED = ("anthropic", "claude")
+NAME = re.compile(_SKILL_NAME["pattern"])  # lowercase letters, digits, single inner hyphens
+RESERVED = tuple(_SKILL_NAME["not"]["pattern"].split("|"))
 TAG = re.compile(r"<\s*/?\s*[A-Za-z!?][^<>]*>")  # an XML/HTML tag, comment or declaration
 
 SPEC_KEYS = frozenset({"name", "description", "license", "compatibility", "metadata", "allowed-tools"})
@@ -92,7 +94,7 @@ def check(skill: str, data: bytes | str, where: str, extra_keys: frozenset[str] 
         raise _refuse(where, f"unknown frontmatter key(s) {unknown}; known: the Agent Skills specification's and "
                              "Claude Code's keys, plus params skills.frontmatter_keys (rule: known keys)")
     name = _text(fields, "name", where, MAX_NAME, required=True)
-    if not NAME.match(name):
+    if not NAME.fullmatch(name):
         raise _refuse(where, f"`name` {name!r} must be lowercase letters, digits and single hyphens, not starting "
                              "or ending with one (rule: frontmatter name)")
     for word in RESERVED:
