@@ -116,7 +116,7 @@ class TreeCpu:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._sample, daemon=True)
 
-    def __enter__(self) -> "TreeCpu":
+    def __enter__(self) -> TreeCpu:
         usage = resource.getrusage(resource.RUSAGE_SELF)
         self._self = usage.ru_utime + usage.ru_stime
         self._thread.start()

@@ -60,7 +60,7 @@ def escape_run(book, tmp_path_factory):
     try:
         listener.accept()
         connected = True
-    except socket.timeout:
+    except TimeoutError:
         connected = False
     listener.close()
     text = read_artifact(record["transcript"], root / "transcripts").decode()

@@ -105,7 +105,7 @@ class SocketWatch(threading.Thread):
         while not self.stop.wait(0.5):
             self.check()
 
-    def __enter__(self) -> "SocketWatch":
+    def __enter__(self) -> SocketWatch:
         self.start()
         return self
 
@@ -134,7 +134,7 @@ class Killer(threading.Thread):
                         self.killed.append(pid)
                         return
 
-    def __enter__(self) -> "Killer":
+    def __enter__(self) -> Killer:
         self.start()
         return self
 

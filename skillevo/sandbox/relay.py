@@ -150,7 +150,7 @@ class Relay:
         self.last_answer_failed = False  # the answer to the latest request failed: nothing good came after it
         self._last_answered = self._last_failed = 0  # request numbers
 
-    def __enter__(self) -> "Relay":
+    def __enter__(self) -> Relay:
         self.socket_path.parent.mkdir(parents=True, exist_ok=True)
         if self.socket_path.exists():
             self.socket_path.unlink()

@@ -64,7 +64,7 @@ class Simulator:
         self._server: ThreadingHTTPServer | None = None
 
     # lifecycle -------------------------------------------------------------------------------
-    def start(self) -> "Simulator":
+    def start(self) -> Simulator:
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
         self._server.daemon_threads = True
         self._server.simulator = self  # type: ignore[attr-defined]
@@ -77,7 +77,7 @@ class Simulator:
             self._server.shutdown()
             self._server.server_close()
 
-    def __enter__(self) -> "Simulator":
+    def __enter__(self) -> Simulator:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:

@@ -10,7 +10,6 @@ from functools import lru_cache
 
 import numpy as np
 
-
 LOOK_BOUNDARIES = ("spending", "bonferroni")  # params gate.look_boundary
 
 
