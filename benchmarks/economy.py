@@ -33,7 +33,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import yaml
@@ -86,7 +86,7 @@ def _paid(side: Path, since: str) -> int:
 
 
 def _now() -> str:
-    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+    return datetime.now(UTC).isoformat(timespec="seconds")
 
 
 def schedule(clone: Path, seed: int, way: str, runs: int) -> dict:
@@ -113,7 +113,7 @@ def schedule(clone: Path, seed: int, way: str, runs: int) -> dict:
                  quiet=True, store=store)
         paid += _paid(cand, start)
         promotion = build_promotion(load_side(inc, "incumbent"), load_side(cand, "candidate"),
-                                    load_freeze(frozen / "manifest.json"), p.gate, now=datetime.now(timezone.utc))
+                                    load_freeze(frozen / "manifest.json"), p.gate, now=datetime.now(UTC))
         decision = "promote" if all(d["decision"] == "promote" for d in promotion["decisions"]) else "keep"
         decisions.append((kind, decision))
         for d in promotion["decisions"]:

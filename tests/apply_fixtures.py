@@ -11,7 +11,7 @@ import json
 import os
 import subprocess
 from dataclasses import dataclass
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import yaml
@@ -24,7 +24,7 @@ from skillevo.gate import build_promotion, write_promotion
 from tests.bench_fixtures import make_mini
 from tests.gate_rows import CANDIDATE, INCUMBENT, bench, controls, runs, write_side
 
-NOW = datetime(2025, 3, 1, 12, 0, tzinfo=timezone.utc)  # when the gate decided, and when every row was recorded
+NOW = datetime(2025, 3, 1, 12, 0, tzinfo=UTC)  # when the gate decided, and when every row was recorded
 APPLY_AT = NOW + timedelta(days=1)
 MODEL_NAME = "claude-sonnet-4-6"  # a pinned current id: params load without a warning
 MIRRORS = [".claude/skills"]

@@ -10,7 +10,7 @@ promotion needs every required arm.
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -61,7 +61,7 @@ def test_a_damaged_description_is_kept_out_by_the_auto_arm(tmp_path):
     manifest = freeze(tuple(required), overlay_digest=candidate.overlay_digest, candidate_origin="hand-written",
                       proposer_model=None)
     promotion = build_promotion(load_side(tmp_path / "inc", "incumbent"), load_side(tmp_path / "cand", "candidate"),
-                                manifest, p.gate, now=datetime.now(timezone.utc))
+                                manifest, p.gate, now=datetime.now(UTC))
     decisions = {d["candidate_arm"]: d for d in promotion["decisions"]}
     assert decisions["candidate_auto"]["decision"] == "keep_incumbent"
     assert decisions["candidate_auto"]["reasons"][0].startswith("resolution fell (9/9 -> 0/9 resolved)")

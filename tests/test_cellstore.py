@@ -13,7 +13,7 @@ import signal
 import subprocess
 import sys
 import time
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -151,9 +151,9 @@ def _tamper(entry: dict, how: str, other: dict) -> dict:
     elif how == "other cell":
         entry["row"], entry["artifacts"] = other["row"], other["artifacts"]
     elif how == "expired":
-        row["recorded_at"] = (datetime.now(timezone.utc) - timedelta(days=91)).isoformat(timespec="seconds")
+        row["recorded_at"] = (datetime.now(UTC) - timedelta(days=91)).isoformat(timespec="seconds")
     elif how == "future":
-        row["recorded_at"] = (datetime.now(timezone.utc) + timedelta(days=1)).isoformat(timespec="seconds")
+        row["recorded_at"] = (datetime.now(UTC) + timedelta(days=1)).isoformat(timespec="seconds")
     elif how == "excluded":
         row.update(error_kind="session-error", error_detail="api down", resolved=False)
     elif how == "schema":

@@ -95,7 +95,7 @@ def patch_text(task: str, body: str = "+    return len(set(words))") -> bytes:
 
 def promotion() -> dict[str, Any]:
     """A promotion.json made by the real gate code, its one decision's reasons replaced (a secret planted)."""
-    from datetime import datetime, timezone
+    from datetime import UTC, datetime
 
     from skillevo.core.config import Policy
     from skillevo.gate import build_promotion
@@ -103,7 +103,7 @@ def promotion() -> dict[str, Any]:
 
     incumbent, candidate = gate_rows.sides(promoting_rows())
     doc = build_promotion(incumbent, candidate, gate_rows.freeze(), Policy.from_dict({}),
-                          now=datetime(2025, 1, 1, tzinfo=timezone.utc))
+                          now=datetime(2025, 1, 1, tzinfo=UTC))
     doc["decisions"][0].update(decision="keep_incumbent",
                                reasons=["reason one", "reason two", f"reason three {PLANTED}", "reason four"])
     return validate(doc, "promotion", "test promotion")

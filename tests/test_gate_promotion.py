@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import copy
 import json
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -33,7 +33,7 @@ from tests.gate_rows import (
     sides,
 )
 
-NOW = datetime(2025, 3, 1, 12, 0, tzinfo=timezone.utc)
+NOW = datetime(2025, 3, 1, 12, 0, tzinfo=UTC)
 LATER = NOW + timedelta(days=1)
 # Three tasks of three runs: the bound on a resolution drop needs a margin this wide, and fewer runs than the heavy-tail
 # minimum (both tested in tests/test_gate_stratified.py).

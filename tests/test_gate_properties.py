@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from fractions import Fraction
 
 from hypothesis import given, settings
@@ -14,7 +14,7 @@ from skillevo.core.results import EXCLUDED_ERROR_KINDS, aggregate
 from skillevo.gate import build_promotion, decide_arm, recompute_decisions
 from tests.gate_rows import CANDIDATE, INCUMBENT, freeze, row, sides
 
-NOW = datetime(2025, 3, 1, tzinfo=timezone.utc)
+NOW = datetime(2025, 3, 1, tzinfo=UTC)
 PROPERTY = settings(max_examples=150, deadline=None, derandomize=True, database=None)
 # Half the benches are clean (every run resolved and measured), so promotions are common enough to bite.
 KINDS = [None] * 6 + ["verify-failed", "oracle-failed", "skill-not-invoked", "session-error", "cancelled"]

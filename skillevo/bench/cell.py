@@ -23,7 +23,7 @@ import threading
 import time
 import traceback
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -113,7 +113,7 @@ def infra_error(spec: CellSpec, detail: str) -> CellResult:
     """The row of a cell the harness could not run at all (e.g. its worker was lost on every try)."""
     row = _base_row(spec)
     _fail(row, "infra-error", detail)
-    row["recorded_at"] = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    row["recorded_at"] = datetime.now(UTC).isoformat(timespec="seconds")
     return CellResult(row)
 
 
@@ -341,5 +341,5 @@ def run_cell(spec: CellSpec, *, credential: Credential | None = None,
             print(f"bench: warning: cell {spec.name}: could not remove {cell_dir}: {e}", file=sys.stderr)
     row["resolved"] = row["ok"] and row["verify_passed"] and row["oracle_passed"] and row["error_kind"] is None
     row["wall_s"] = round(time.monotonic() - start - unrecorded["oracle_s"], 3)  # it could carry hidden bytes
-    row["recorded_at"] = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    row["recorded_at"] = datetime.now(UTC).isoformat(timespec="seconds")
     return CellResult(row, artifacts)

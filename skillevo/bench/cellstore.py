@@ -27,7 +27,7 @@ import sys
 import time
 from collections.abc import Iterator, Mapping
 from dataclasses import asdict, dataclass
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -236,7 +236,7 @@ class Store:
 
 
 def _now() -> datetime:
-    return datetime.now(timezone.utc)
+    return datetime.now(UTC)
 
 
 def _moment(text: Any, where: Path) -> datetime:
@@ -244,7 +244,7 @@ def _moment(text: Any, where: Path) -> datetime:
         moment = datetime.fromisoformat(text)
     except (TypeError, ValueError):
         raise BadInput(f"{where}: recorded_at {text!r} is not an ISO 8601 time (rule: entry format)") from None
-    return moment if moment.tzinfo else moment.replace(tzinfo=timezone.utc)
+    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
 
 
 def rel_paths(store: Store) -> list[str]:
