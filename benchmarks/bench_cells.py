@@ -71,8 +71,8 @@ def _task_for(target: Path, root: Path) -> tasks.Task:
     (root / "oracles").mkdir(parents=True, exist_ok=True)
     (root / "oracles/o.py").write_text("def test_nothing():\n    pass\n")  # an oracle must hold a test
     (root / "tasks.yaml").write_text(
-        "schema_version: 1\ntasks:\n  - {id: big, class: trivial, target: %s, prompt: p, verify: 'true',\n"
-        "     oracle: {command: 'true', files: [{source: o.py, target: o.py}]}}\n" % target)
+        f"schema_version: 1\ntasks:\n  - {{id: big, class: trivial, target: {target}, prompt: p, verify: 'true',\n"
+        "     oracle: {command: 'true', files: [{source: o.py, target: o.py}]}}\n")
     return tasks.load(root / "tasks.yaml", target_roots=[target])[0]  # a target outside tasks/, allowed by name
 
 
@@ -171,7 +171,7 @@ def latency_rates(side: SidePlan, params: Params, playbooks: Path, profile: Late
             done: list[dict] = []
             with TreeCpu() as cpu:
                 start = time.monotonic()
-                LocalExecutor(workers).run(batch, lambda c, r: done.append(r.row), threading.Event())
+                LocalExecutor(workers).run(batch, lambda c, r, done=done: done.append(r.row), threading.Event())
                 wall = time.monotonic() - start
             for row in done:
                 assert row["error_kind"] in OK_KINDS, row
@@ -236,7 +236,7 @@ def main() -> None:
         for workers in (1, 2):
             done = []
             start = time.monotonic()
-            LocalExecutor(workers).run(cells, lambda c, r: done.append(r), threading.Event())
+            LocalExecutor(workers).run(cells, lambda c, r, done=done: done.append(r), threading.Event())
             wall = time.monotonic() - start
             rates.append(len(done) / wall * 60)
             print(f"local executor, {workers} worker(s): {len(done)} cells in {wall:.1f}s")

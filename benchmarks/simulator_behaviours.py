@@ -241,7 +241,7 @@ def main() -> None:
         out.append(measure_drift(args.moments, args.drift_runs, args.workers, args.drift_sigma))
     for result in out:
         print(json.dumps(_rounded(result)))
-    print("SIMULATED: every number above comes from the offline simulator (seed %d), not a model." % SEED)
+    print(f"SIMULATED: every number above comes from the offline simulator (seed {SEED}), not a model.")
 
 
 if __name__ == "__main__":

@@ -140,7 +140,10 @@ def previous_generation(root: Path, *, proposal: str = "# Proposal\n\nShorten th
     return prev
 
 
-def build(prev: Path, limits: config.EvidenceParams = config.evidence_limits(), **kwargs: Any) -> ev.Bundle:
+DEFAULT_LIMITS = config.evidence_limits()  # the schema's defaults, read once
+
+
+def build(prev: Path, limits: config.EvidenceParams = DEFAULT_LIMITS, **kwargs: Any) -> ev.Bundle:
     return ev.build_bundle(ev.load_previous(prev), guard=guard(), limits=limits, skills=("plan", "work"),
                            secrets=(ENV_KEY,), **kwargs)
 
@@ -381,7 +384,7 @@ def test_big_files_are_compacted_in_the_bundle(tmp_path: Path):
 
 def test_learnings_keep_the_last_n_for_evolvable_skills(tmp_path: Path):
     path = tmp_path / "learnings.jsonl"
-    items = [{"skill": ["work", "plan", "review"][i % 3], "date": "2025-01-0%d" % (i % 9 + 1), "task": None,
+    items = [{"skill": ["work", "plan", "review"][i % 3], "date": f"2025-01-0{i % 9 + 1}", "task": None,
               "friction": f"friction {i}", "suggestion": f"suggestion {i} {PLANTED if i == 7 else ''}"}
              for i in range(9)]
     path.write_text("\n".join(json.dumps(i) for i in items) + "\n\n", encoding="utf-8")

@@ -132,7 +132,8 @@ def oracle_tests(files: tuple[tuple[str, bytes], ...], task_id: str, source: Pat
         try:
             tree = ast.parse(data.decode("utf-8"), filename=target)
         except (SyntaxError, UnicodeDecodeError, ValueError) as e:
-            raise _fail(task_id, "oracle.files", f"{target} is not Python source: {e} (rule: oracle tests)", source)
+            raise _fail(task_id, "oracle.files", f"{target} is not Python source: {e} (rule: oracle tests)",
+                        source) from e
         for node in tree.body:
             if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and node.name.startswith("test"):
                 ids.append(f"{module}::{node.name}")

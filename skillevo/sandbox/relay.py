@@ -221,7 +221,8 @@ class _Handler(BaseHTTPRequestHandler):
         return "sandbox"
 
     def _refuse(self, status: int, message: str) -> None:
-        data = ('{"type":"error","error":{"type":"permission_error","message":"%s"}}' % message).encode()
+        # %-formatting, not an f-string: every brace of the template is JSON's
+        data = ('{"type":"error","error":{"type":"permission_error","message":"%s"}}' % message).encode()  # noqa: UP031
         self.send_response(status)
         self.send_header("content-type", "application/json")
         self.send_header("content-length", str(len(data)))

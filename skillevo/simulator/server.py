@@ -31,6 +31,7 @@ from skillevo.simulator.playbook import Playbook
 SESSION_LOG_ENV = "SKILLEVO_SIMULATOR_SESSION_LOG"
 MODES = ("normal", "no-skill", "escape", "overloaded", "server-error", "truncated", "hang")
 NOISY = ("normal", "no-skill")  # the modes the noise profile varies (faults and roles stay exact)
+NO_ROUTE = Route()  # a request with no route in its path: the empty key
 CHUNK_TOKENS = 4  # under latency, a delta event carries about this many tokens, as the API's carry a few
 
 
@@ -106,7 +107,7 @@ class Simulator:
         """The draws of the session a route names: its cell, and its bench's moment and slot when given."""
         return self.noise.session(route.cell, route.moment, route.slot)
 
-    def reply(self, mode: str, body: dict[str, Any], route: Route = Route()) -> Reply:
+    def reply(self, mode: str, body: dict[str, Any], route: Route = NO_ROUTE) -> Reply:
         """The agent's next message in the session `route` names (default: no route, the empty key)."""
         conv = conversation.parse(body)
         session = self.session_noise(route)

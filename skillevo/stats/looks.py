@@ -88,8 +88,8 @@ def _boundaries(fractions: Sequence[float], increments: Sequence[float]) -> list
             if target <= 0 or crossing(_NO_BOUNDARY) >= target:
                 bound = _NO_BOUNDARY
             else:
-                bound = float(optimize.brentq(lambda c: crossing(c) - target, -_NO_BOUNDARY, _NO_BOUNDARY,
-                                              xtol=1e-10, rtol=1e-12))
+                bound = float(optimize.brentq(lambda c, target=target: crossing(c) - target,
+                                              -_NO_BOUNDARY, _NO_BOUNDARY, xtol=1e-10, rtol=1e-12))
         bounds.append(bound)
         top = min(bound * math.sqrt(t), _SPAN * math.sqrt(t))
         h = min(0.05, sd / 12)
