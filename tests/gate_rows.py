@@ -103,7 +103,8 @@ def row(
 def runs(task: str, arm: str, costs: list[float | None], *, kinds: list[str | None] | None = None, **fields: Any):
     """One row per cost, run numbers from 1; `kinds` gives each run's error_kind (default: all resolved)."""
     kinds = kinds or [None] * len(costs)
-    return [row(task, arm, i, cost_usd=c, error_kind=k, **fields) for i, (c, k) in enumerate(zip(costs, kinds), 1)]
+    return [row(task, arm, i, cost_usd=c, error_kind=k, **fields)
+            for i, (c, k) in enumerate(zip(costs, kinds, strict=True), 1)]
 
 
 def bench(side: str, tasks: dict[str, str], *, arms: tuple[str, ...] = (INCUMBENT,), **fields: Any) -> dict[str, Any]:

@@ -88,7 +88,7 @@ def test_model_ids_are_checked_against_the_pinned_catalog(name, today, outcome):
             config.parse({"arms": ARMS, "propose": {"model": name}}, today=today)
         return
     notes = config.parse(doc, today=today).notes
-    assert len(notes) == len(outcome) and all(o in n for o, n in zip(outcome, notes)), notes
+    assert len(notes) == len(outcome) and all(o in n for o, n in zip(outcome, notes, strict=True)), notes
 
 
 def test_family_directories_have_one_normal_form():

@@ -337,7 +337,7 @@ def played(tasks, book, skill_texts, tmp_path_factory) -> Played:
         [(tasks[t], root, False) for t, root in pristine_roots.items()]
     with ThreadPoolExecutor(max_workers=max(2, min(8, (os.cpu_count() or 2) * 2))) as pool:
         outcomes = pool.map(lambda job: _check(job[0], job[1], verify=job[2]), jobs)
-        results = dict(zip([root for _task, root, _verify in jobs], outcomes))
+        results = dict(zip([root for _task, root, _verify in jobs], outcomes, strict=True))
     for cell in cells.values():
         cell.verify, cell.oracle, cell.outputs = results[first[(cell.task, cell.tree)]]
     return Played(cells, {t: results[root] for t, root in pristine_roots.items()})

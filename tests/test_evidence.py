@@ -559,7 +559,7 @@ def test_every_rejected_candidate_of_this_incumbent_reaches_the_bundle_newest_fi
     assert [e["generation"] for e in shown] == [4, 2, 1]
     assert [e["decisions"][0]["decision"] for e in shown] == ["keep_incumbent", "insufficient_evidence",
                                                              "keep_incumbent"]
-    for entry, line in zip(shown, ("step three", "step two", "step one")):
+    for entry, line in zip(shown, ("step three", "step two", "step one"), strict=True):
         assert entry["diff"].startswith("--- a/work/SKILL.md\n+++ b/work/SKILL.md\n@@ ")
         assert [l for l in entry["diff"].splitlines() if l.startswith("-") and not l.startswith("---")] == \
                [f"-- {line}"]

@@ -75,7 +75,7 @@ def _archived(archive: Path, n: int, family: dict[str, bytes], digest: str, drop
     (gen / "gate").mkdir()
     (gen / "gate/promotion.json").write_text(json.dumps({"overlay_digest": overlay_digest, "decisions": [
         {"candidate_arm": f"candidate_{arm}", "decision": d, "reasons": [f"gen {n} {arm}"]}
-        for arm, d in zip(("auto", "workflow"), decisions)]}))
+        for arm, d in zip(("auto", "workflow"), decisions, strict=True)]}))
     (gen / "proposal").mkdir()
     (gen / "proposal/proposal.md").write_text(f"Instruction removed: {drop}\n")
     return gen

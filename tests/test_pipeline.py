@@ -342,7 +342,8 @@ def test_evolve_hands_every_rejection_on_leaves_dvc_clean_and_a_teammate_reprodu
     assert any(f["path"] == "prior-proposal.md" for f in manifest["files"])
     handed = json.loads((clone / "previous/memory/rejected.json").read_text())["candidates"]
     assert [c["generation"] for c in handed] == [2, 1]  # what generation 3 read; it hands itself on next time
-    assert all(f"-{r.removeprefix('Instruction removed: ')}" in c["diff"] for r, c in zip(removed[1::-1], handed))
+    assert all(f"-{r.removeprefix('Instruction removed: ')}" in c["diff"]
+               for r, c in zip(removed[1::-1], handed, strict=True))
     for later in out.split("== generation ")[2:]:
         assert "bench@incumbent" not in ran(later)
     report = make(clone, "report")

@@ -322,7 +322,7 @@ def test_demo_side_on_ray_equals_the_local_executor(cluster, demo_incumbent, tmp
     assert [_comparable(r) for r in rows] == [_comparable(r) for r in local_rows]
     assert _rows(out) == rows
     assert _shape(out, rows) == _shape(local_out, local_rows)
-    for row, local in zip(rows, local_rows):
+    for row, local in zip(rows, local_rows, strict=True):
         assert (out / row["patch"]["path"]).read_bytes() == (local_out / local["patch"]["path"]).read_bytes()
         for art in row["transcripts"]:
             assert sha256_bytes((out / art["path"]).read_bytes()) == art["sha256"]

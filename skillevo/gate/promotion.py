@@ -291,7 +291,7 @@ def first_difference(stored: Any, expected: Any, path: str) -> str | None:
                 return difference
         return None
     if isinstance(stored, list) and isinstance(expected, list):
-        for i, (a, b) in enumerate(zip(stored, expected)):
+        for i, (a, b) in enumerate(zip(stored, expected, strict=False)):
             difference = first_difference(a, b, f"{path}[{i}]")
             if difference:
                 return difference
