@@ -534,7 +534,7 @@ THIS = gate_rows.bench("incumbent", {"t1": "trivial"})["skills_digest"]
 
 def rejected(gen: int, drop: str, decision: str = "keep_incumbent", digest: str = THIS,
              reasons: tuple[str, ...] = ("no cheaper",)) -> dict[str, Any]:
-    text = b"".join(l for l in FAMILY["work/SKILL.md"].splitlines(True) if drop.encode() not in l)
+    text = b"".join(line for line in FAMILY["work/SKILL.md"].splitlines(True) if drop.encode() not in line)
     return memory.entry(gen, digest, FAMILY, (), {"work/SKILL.md": text}, (),
                         [{"candidate_arm": "candidate_workflow", "decision": decision, "reasons": list(reasons)}])
 
@@ -559,10 +559,10 @@ def test_every_rejected_candidate_of_this_incumbent_reaches_the_bundle_newest_fi
     assert [e["generation"] for e in shown] == [4, 2, 1]
     assert [e["decisions"][0]["decision"] for e in shown] == ["keep_incumbent", "insufficient_evidence",
                                                              "keep_incumbent"]
-    for entry, line in zip(shown, ("step three", "step two", "step one"), strict=True):
+    for entry, step in zip(shown, ("step three", "step two", "step one"), strict=True):
         assert entry["diff"].startswith("--- a/work/SKILL.md\n+++ b/work/SKILL.md\n@@ ")
-        assert [l for l in entry["diff"].splitlines() if l.startswith("-") and not l.startswith("---")] == \
-               [f"-- {line}"]
+        assert [line for line in entry["diff"].splitlines() if line.startswith("-") and not line.startswith("---")] == \
+               [f"-- {step}"]
     assert shown[0]["decisions"][0]["reasons"] == ["r1", "token [REDACTED]", "r3"]  # the first three, redacted
     assert PLANTED not in all_text(bundle)
     manifest = bundle.manifest

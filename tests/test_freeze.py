@@ -38,7 +38,8 @@ def _overlay(root: Path, text: str | None = None, rel: str = "work/SKILL.md") ->
     ov = root / "overlay"
     (ov / rel).parent.mkdir(parents=True, exist_ok=True)
     if text is None:
-        text = "".join(l for l in (ROOT / "skills/work/SKILL.md").read_text().splitlines(True) if WASTEFUL not in l)
+        text = "".join(line for line in (ROOT / "skills/work/SKILL.md").read_text().splitlines(True)
+                       if WASTEFUL not in line)
     (ov / rel).write_text(text)
     return ov
 
@@ -120,7 +121,8 @@ def test_oracle_line_copied_into_an_overlay_is_refused_in_any_markdown_shape(rep
 
 
 def test_a_bare_canary_token_is_refused(repo, tmp_path):
-    canary = next(l for p in (repo / "tasks/oracles").rglob("*.py") for l in p.read_text().splitlines() if "canary" in l)
+    canary = next(line for p in (repo / "tasks/oracles").rglob("*.py") for line in p.read_text().splitlines()
+                  if "canary" in line)
     token = canary.split()[-1]  # the hex token alone, without the marker
     with pytest.raises(BadInput, match="canary"):
         _freeze(repo, _overlay(tmp_path, (ROOT / "skills/work/SKILL.md").read_text() + f"Remember {token}.\n"))
@@ -284,7 +286,7 @@ def test_an_uncommitted_file_in_the_canonical_skill_is_refused_as_part_of_the_fa
 # ------------------------------------------------------------------------- rejected candidates (skillevo.core.memory)
 
 INCUMBENT = (ROOT / "skills/work/SKILL.md").read_text()
-WITHOUT = "".join(l for l in INCUMBENT.splitlines(True) if WASTEFUL not in l)  # the change the gate rejected
+WITHOUT = "".join(line for line in INCUMBENT.splitlines(True) if WASTEFUL not in line)  # the change the gate rejected
 
 
 def _memory(repo: Path, tmp_path: Path, decision: str = "keep_incumbent", text: str = WITHOUT,
@@ -305,25 +307,25 @@ def _memory(repo: Path, tmp_path: Path, decision: str = "keep_incumbent", text: 
 def _lines_edited(text: str, edit) -> str:
     """`text` with `edit` applied to the line after the removed one (the change stays the removal)."""
     lines = text.splitlines(True)
-    i = next(n for n, l in enumerate(lines) if l.startswith("- Read each file"))
+    i = next(n for n, line in enumerate(lines) if line.startswith("- Read each file"))
     lines[i] = edit(lines[i])
     return "".join(lines)
 
 
 EVASIONS = {
     "none": lambda t: t,
-    "an added space": lambda t: _lines_edited(t, lambda l: l.replace("each file", "each  file")),
-    "a trailing space": lambda t: _lines_edited(t, lambda l: l.rstrip("\n") + " \n"),
+    "an added space": lambda t: _lines_edited(t, lambda line: line.replace("each file", "each  file")),
+    "a trailing space": lambda t: _lines_edited(t, lambda line: line.rstrip("\n") + " \n"),
     "a trailing newline": lambda t: t + "\n",
-    "a blank line": lambda t: _lines_edited(t, lambda l: l + "\n"),
+    "a blank line": lambda t: _lines_edited(t, lambda line: line + "\n"),
     "CRLF": lambda t: t.replace("\n", "\r\n"),
-    "a case change": lambda t: _lines_edited(t, lambda l: l.replace("Read each", "READ each")),
-    "a zero-width space": lambda t: _lines_edited(t, lambda l: l.replace("each", "ea\u200bch")),
-    "a no-break space": lambda t: _lines_edited(t, lambda l: l.replace("each file", "each\u00a0file")),
-    "a fullwidth letter": lambda t: _lines_edited(t, lambda l: l.replace("Read", "\uff32ead")),
-    "emphasis": lambda t: _lines_edited(t, lambda l: l.replace("each file", "**each file**")),
-    "another list marker": lambda t: _lines_edited(t, lambda l: "* " + l[2:]),
-    "a trailing period dropped": lambda t: _lines_edited(t, lambda l: l.replace("it.\n", "it\n")),
+    "a case change": lambda t: _lines_edited(t, lambda line: line.replace("Read each", "READ each")),
+    "a zero-width space": lambda t: _lines_edited(t, lambda line: line.replace("each", "ea\u200bch")),
+    "a no-break space": lambda t: _lines_edited(t, lambda line: line.replace("each file", "each\u00a0file")),
+    "a fullwidth letter": lambda t: _lines_edited(t, lambda line: line.replace("Read", "\uff32ead")),
+    "emphasis": lambda t: _lines_edited(t, lambda line: line.replace("each file", "**each file**")),
+    "another list marker": lambda t: _lines_edited(t, lambda line: "* " + line[2:]),
+    "a trailing period dropped": lambda t: _lines_edited(t, lambda line: line.replace("it.\n", "it\n")),
 }
 
 

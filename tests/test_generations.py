@@ -64,7 +64,7 @@ def _archived(archive: Path, n: int, family: dict[str, bytes], digest: str, drop
     from skillevo.core import layout
 
     gen = archive / f"gen-{n:03d}"
-    text = b"".join(l for l in family["work/SKILL.md"].splitlines(True) if drop.encode() not in l)
+    text = b"".join(line for line in family["work/SKILL.md"].splitlines(True) if drop.encode() not in line)
     (gen / "freeze/overlay/work").mkdir(parents=True)
     (gen / "freeze/overlay/work/SKILL.md").write_bytes(text)
     overlay_digest = layout.tree_digest({"work/SKILL.md": text})
@@ -108,8 +108,8 @@ def test_hand_on_rebuilds_the_memory_of_every_rejected_candidate_of_this_incumbe
     assert [[d["decision"] for d in e["decisions"]] for e in entries] == [
         ["promote", "keep_incumbent"], ["insufficient_evidence", "insufficient_evidence"],
         ["keep_incumbent", "insufficient_evidence"]]
-    assert [l for l in entries[2]["diff"].splitlines() if l.startswith("-- ")] == [
-        next(f"-{l}" for l in family["work/SKILL.md"].decode().splitlines() if "Read every module" in l)]
+    assert [line for line in entries[2]["diff"].splitlines() if line.startswith("-- ")] == [
+        next(f"-{line}" for line in family["work/SKILL.md"].decode().splitlines() if "Read every module" in line)]
     assert [memory.futile(e) for e in entries] == [True, False, True]
     # the newest rejected generation's side, verdict and proposal, as before
     assert (previous / "memory/bench-candidate/results.jsonl").read_text() == '{"generation": 5}\n'

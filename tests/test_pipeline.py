@@ -307,7 +307,7 @@ def test_apply_refuses_results_forged_after_repro_even_with_the_gate_rerun_on_th
 
 
 def _removed(proposal: Path) -> str:
-    return next(l for l in proposal.read_text().splitlines() if l.startswith("Instruction removed: "))
+    return next(line for line in proposal.read_text().splitlines() if line.startswith("Instruction removed: "))
 
 
 def test_evolve_hands_every_rejection_on_leaves_dvc_clean_and_a_teammate_reproduces_it_exactly(tmp_path):
@@ -315,7 +315,8 @@ def test_evolve_hands_every_rejection_on_leaves_dvc_clean_and_a_teammate_reprodu
     the evidence shows every earlier rejection, nothing is left for `dvc status` or `make demo`, and a teammate's
     `dvc repro --pull` on a fresh clone runs nothing and leaves dvc.lock byte for byte as committed."""
     clone = clone_of_worktree(tmp_path / "clone")
-    better = "".join(l for l in (clone / "skills/work/SKILL.md").read_text().splitlines(True) if WASTEFUL not in l)
+    better = "".join(line for line in (clone / "skills/work/SKILL.md").read_text().splitlines(True)
+                     if WASTEFUL not in line)
     for rel in ("skills/work/SKILL.md", ".claude/skills/work/SKILL.md"):  # an incumbent the simulator cannot improve
         (clone / rel).write_text(better)
     doc = yaml.safe_load((clone / "params.yaml").read_text())
@@ -416,7 +417,8 @@ def test_a_null_candidate_under_realistic_noise_is_not_promoted_and_rows_follow_
     from scipy.stats import binom
 
     clone = clone_of_worktree(tmp_path / "clone")
-    better = "".join(l for l in (clone / "skills/work/SKILL.md").read_text().splitlines(True) if WASTEFUL not in l)
+    better = "".join(line for line in (clone / "skills/work/SKILL.md").read_text().splitlines(True)
+                     if WASTEFUL not in line)
     for rel in ("skills/work/SKILL.md", ".claude/skills/work/SKILL.md"):
         (clone / rel).write_text(better)
     config.set_value(clone / "params.yaml", "simulator", "noise", "realistic")
