@@ -216,7 +216,8 @@ def main() -> None:
             generate_history(Path(hist) / "big-repo")
             size = sum(f.stat().st_size for f in (Path(hist) / "big-repo/.git").rglob("*") if f.is_file()) / 1e6
             print(f"generated 10,000-commit target in {time.monotonic() - start:.1f}s ({size:.1f} MB of .git)")
-            large = workspace_seconds(_task_for(Path(hist) / "big-repo", Path(hist) / "tasks"), skills, Path(hist) / "large")
+            large = workspace_seconds(_task_for(Path(hist) / "big-repo", Path(hist) / "tasks"), skills,
+                                      Path(hist) / "large")
         print(f"workspace, 10,000-commit target: template {large[0]:.3f}s once, {large[1]:.3f}s per cell")
 
         mdl, _ = models.resolve(params.model, sim.url())

@@ -154,7 +154,8 @@ def main(argv: list[str] | None = None) -> int:
     if not os.environ.get("SKILLEVO_CLAUDE"):
         raise SystemExit("run through `make bench-economy` (it sets SKILLEVO_CLAUDE to the pinned CLI)")
     fixed, seq_power, powers = fixed_runs_for_equal_power()
-    print(f"power for a 20% saving (gate-study model, p={POWER_CELL[1]}, CV {POWER_CELL[2]}): sequential up to {RUNS} runs {seq_power:.3f}; "
+    print(f"power for a 20% saving (gate-study model, p={POWER_CELL[1]}, CV {POWER_CELL[2]}): sequential up to "
+          f"{RUNS} runs {seq_power:.3f}; "
           f"fixed " + ", ".join(f"{n}: {pw:.3f}" for n, pw in powers.items()) + f" -> fixed_rerun at {fixed} runs")
     ways = {"ours": RUNS, "fixed_rerun": fixed, "seed-style": 3}
     totals = {way: {"paid": 0, "false": 0, "true": 0} for way in ways}

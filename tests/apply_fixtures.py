@@ -30,12 +30,16 @@ MODEL_NAME = "claude-sonnet-4-6"  # a pinned current id: params load without a w
 MIRRORS = [".claude/skills"]
 ROOTS = ["skills", *MIRRORS]
 ORIGINAL = {
-    "plan/SKILL.md": b"---\nname: plan\ndescription: Write a short implementation plan before any code changes.\n---\n# Plan\n\nWrite a plan.\n",
-    "work/SKILL.md": b"---\nname: work\ndescription: Carry out a coding task in this repository.\n---\n# Work\n\nDo the work. Run the tests.\n",
+    "plan/SKILL.md": b"---\nname: plan\ndescription: Write a short implementation plan before any code changes.\n"
+                     b"---\n# Plan\n\nWrite a plan.\n",
+    "work/SKILL.md": b"---\nname: work\ndescription: Carry out a coding task in this repository.\n"
+                     b"---\n# Work\n\nDo the work. Run the tests.\n",
 }
 OVERLAY = {
-    "plan/SKILL.md": b"---\nname: plan\ndescription: Write a short implementation plan before any code changes.\n---\n# Plan\n\nWrite a short plan.\n",
-    "work/SKILL.md": b"---\nname: work\ndescription: Carry out a coding task in this repository.\n---\n# Work\n\nDo the work. Run the tests once, in the foreground.\n",
+    "plan/SKILL.md": b"---\nname: plan\ndescription: Write a short implementation plan before any code changes.\n"
+                     b"---\n# Plan\n\nWrite a short plan.\n",
+    "work/SKILL.md": b"---\nname: work\ndescription: Carry out a coding task in this repository.\n"
+                     b"---\n# Work\n\nDo the work. Run the tests once, in the foreground.\n",
 }
 DESTINATIONS = sorted(f"{root}/{rel}" for root in ROOTS for rel in OVERLAY)
 # A candidate that also adds a reference file in a directory the skill does not have yet (params propose.allow:

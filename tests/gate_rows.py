@@ -174,7 +174,8 @@ def sides(rows: list[dict[str, Any]], tasks: dict[str, str] | None = None) -> tu
                    "bench_sha256": sha256_bytes(canonical_json(bench_json))}
         return Side(Path(f"bench-{name}"), bench_json, tuple(side_rows), digests)
 
-    return side("incumbent", bench("incumbent", tasks), incumbent), side("candidate", bench("candidate", tasks), candidate)
+    return (side("incumbent", bench("incumbent", tasks), incumbent),
+            side("candidate", bench("candidate", tasks), candidate))
 
 
 def transcript(row: dict[str, Any]) -> bytes:

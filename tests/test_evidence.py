@@ -52,7 +52,8 @@ def guard() -> OracleGuard:
 def make_row(task: str, arm: str, run: int, *, resolved: bool = False, error_kind: str | None = "verify-failed",
              cost: float | None = 1.0, **fields: Any) -> dict[str, Any]:
     """A complete results row (tests/gate_rows.row, the one row builder) with evidence-flavoured defaults."""
-    defaults = {"num_turns": 5, "diff_files": 2, "diff_insertions": 10, "diff_deletions": 3, "verify_tail": "x" * 1000 + "\nFAILED tests/test_a.py::test_one - AssertionError\n",
+    defaults = {"num_turns": 5, "diff_files": 2, "diff_insertions": 10, "diff_deletions": 3,
+                "verify_tail": "x" * 1000 + "\nFAILED tests/test_a.py::test_one - AssertionError\n",
                 "session_ids": [f"{task}-{arm}-{run}-s1"]}
     row = gate_rows.row(task, arm, run, resolved=resolved, error_kind=None if resolved else error_kind,
                         cost_usd=cost, **{**defaults, **fields})
@@ -588,7 +589,8 @@ def test_a_rejected_diff_with_oracle_bytes_is_withheld(tmp_path: Path):
 
 def test_over_budget_drops_the_oldest_rejected_candidate_after_the_rows_and_the_proposal(tmp_path: Path):
     long = ("the candidate cost about the same as the incumbent on every task " * 3,)
-    prev, incumbent = with_memory(tmp_path, [rejected(1, "step one", reasons=long), rejected(2, "step two", reasons=long),
+    prev, incumbent = with_memory(tmp_path, [rejected(1, "step one", reasons=long),
+                                             rejected(2, "step two", reasons=long),
                                              rejected(4, "step three", reasons=long)])
     full = ev.build_bundle(ev.load_previous(prev, incumbent), guard=guard(), skills=("work",))
     shown = json.loads(full.files["rejected.json"])
@@ -649,8 +651,8 @@ def run_stage(*argv: str) -> tuple[int, str, str]:
 def test_cli_help_documents_every_option():
     code, out, _ = run_stage("--help")
     assert code == 0
-    for text in ("--previous", "[previous/memory]", "rejected.json", "--seed", "--learnings", "learnings.jsonl", "--tasks",
-                 "tasks/tasks.yaml", "--params", "params.yaml", "--out", "results/evidence", "evidence:",
+    for text in ("--previous", "[previous/memory]", "rejected.json", "--seed", "--learnings", "learnings.jsonl",
+                 "--tasks", "tasks/tasks.yaml", "--params", "params.yaml", "--out", "results/evidence", "evidence:",
                  "skills.evolvable", "cold start", "gate/promotion.json", "proposal.md", "Exit 2"):
         assert text in out, text
 
@@ -660,7 +662,8 @@ def test_cli_end_to_end(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     tasks_file = tasks_fixture(tmp_path)
     prev = previous_generation(tmp_path)
     params = tmp_path / "params.yaml"
-    params.write_text("arms: {workflow: {sessions: [{skill: work, prompt: '{prompt}'}]}}\nskills: {evolvable: [work]}\nevidence: {max_rows: 3}\n")
+    params.write_text("arms: {workflow: {sessions: [{skill: work, prompt: '{prompt}'}]}}\n"
+                      "skills: {evolvable: [work]}\nevidence: {max_rows: 3}\n")
     learnings = tmp_path / "learnings.jsonl"
     learnings.write_text('{"skill": "work", "date": null, "task": null, "friction": "f", "suggestion": "s"}\n')
     args = ["--previous", str(prev), "--tasks", str(tasks_file), "--params", str(params),
@@ -694,13 +697,15 @@ def test_cli_end_to_end(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     (tmp_path / "junk" / "keep.txt").write_text("x")
     code, _, err = run_stage(*args[:-1], str(tmp_path / "junk"))
     assert code == 2 and "refusing to replace it" in err
-    params.write_text("arms: {workflow: {sessions: [{skill: work, prompt: '{prompt}'}]}}\nevidence: {max_bundle_bytes: 1024}\nskills: {evolvable: [work]}\n")
+    params.write_text("arms: {workflow: {sessions: [{skill: work, prompt: '{prompt}'}]}}\n"
+                      "evidence: {max_bundle_bytes: 1024}\nskills: {evolvable: [work]}\n")
     learnings.write_text("".join(json.dumps({"skill": "work", "date": None, "task": None, "friction": "f" * 300,
                                              "suggestion": "s"}) + "\n" for _ in range(5)))
     code, _, err = run_stage(*args)
     assert code == 2 and "cannot fit evidence.max_bundle_bytes 1024" in err
     # as dvc.yaml runs it: this generation's incumbent side plus a previous/ holding only its README
-    params.write_text("arms: {workflow: {sessions: [{skill: work, prompt: '{prompt}'}]}}\nskills: {evolvable: [work]}\n")
+    params.write_text("arms: {workflow: {sessions: [{skill: work, prompt: '{prompt}'}]}}\n"
+                      "skills: {evolvable: [work]}\n")
     readme_only = tmp_path / "readme-only"
     readme_only.mkdir()
     (readme_only / "README.md").write_text("# previous/\n")

@@ -28,7 +28,8 @@ def repo(tmp_path) -> Path:
     for rel in ("skills", ".claude/skills", "tasks"):
         shutil.copytree(ROOT / rel, repo / rel)
     shutil.copy(ROOT / "params.yaml", repo / "params.yaml")
-    env = {**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t"}
+    env = {**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t",
+           "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t"}
     for cmd in (["init", "-q"], ["add", "-A"], ["commit", "-qm", "base"]):
         subprocess.run(["git", *cmd], cwd=repo, env=env, check=True)
     return repo
@@ -89,13 +90,17 @@ def _too_many(root: Path) -> Path:
     (_symlink_file, r"work/OTHER.md: is a symlink \(rule: no symlinks\)"),
     (_dotdot_through_dir_symlink, r"overlay/work: is a symlink \(rule: no symlinks\)"),
     (lambda r: _overlay(r, "x\n", rel="review/SKILL.md"), r"review/SKILL.md: skill 'review' is not evolvable"),
-    (lambda r: _overlay(r, "x = 1\n", rel="work/helper.py"), r"work/helper.py: has no incumbent .*propose\.allow: supporting-files"),
+    (lambda r: _overlay(r, "x = 1\n", rel="work/helper.py"),
+     r"work/helper.py: has no incumbent .*propose\.allow: supporting-files"),
     (_too_many, r"more than 16 files .*\(rule: file count\)"),
-    (lambda r: _overlay(r, "x" * (70 << 10)), r"work/SKILL.md: overlay file is \d+ bytes, over the limit of 65536 \(rule: size limit\)"),
+    (lambda r: _overlay(r, "x" * (70 << 10)),
+     r"work/SKILL.md: overlay file is \d+ bytes, over the limit of 65536 \(rule: size limit\)"),
     (lambda r: (r / "overlay").mkdir() or (r / "overlay"), r"the overlay is empty"),
     (lambda r: _overlay(r, (ROOT / "skills/work/SKILL.md").read_text()), r"identical to the incumbent, bytes and mode"),
-    (lambda r: _overlay(r, "---\nname: work\n---\n" + "".join(f"line {i}\n" for i in range(60))), r"over the edit budget of 40"),
-    (lambda r: _overlay(r, (ROOT / "skills/work/SKILL.md").read_text() + "# skillevo-oracle-canary: 1234\n"), r"hidden oracle's canary \(rule: no hidden-oracle content in a skill\)"),
+    (lambda r: _overlay(r, "---\nname: work\n---\n" + "".join(f"line {i}\n" for i in range(60))),
+     r"over the edit budget of 40"),
+    (lambda r: _overlay(r, (ROOT / "skills/work/SKILL.md").read_text() + "# skillevo-oracle-canary: 1234\n"),
+     r"hidden oracle's canary \(rule: no hidden-oracle content in a skill\)"),
     (lambda r: _overlay(r, "x\n", rel="work/NEW.md"), r"work/NEW.md: has no incumbent"),
 ])
 def test_hostile_overlays_are_refused(repo, tmp_path, make, message):
@@ -142,8 +147,10 @@ def test_destination_drift_or_missing_mirror_is_refused(repo, tmp_path):
 
 def test_a_mirror_that_is_not_a_byte_copy_is_refused(repo, tmp_path):
     (repo / ".claude/skills/work/SKILL.md").write_text("a drifted mirror, committed\n")
-    subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qam", "drift"], cwd=repo, check=True)
-    with pytest.raises(BadInput, match=r"\.claude/skills/work/SKILL.md: is not a copy of skills/work/SKILL.md, bytes and mode"):
+    subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qam", "drift"], cwd=repo,
+                   check=True)
+    with pytest.raises(BadInput,
+                       match=r"\.claude/skills/work/SKILL.md: is not a copy of skills/work/SKILL.md, bytes and mode"):
         _freeze(repo, _overlay(tmp_path))
 
 
@@ -161,7 +168,8 @@ NEW_DESTINATIONS = [f".claude/skills/{NEW}", f"skills/{NEW}"]
 
 def _allow_supporting_files(repo: Path) -> None:
     config.set_value(repo / "params.yaml", "propose", "allow", ["supporting-files"])
-    subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qam", "allow"], cwd=repo, check=True)
+    subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qam", "allow"], cwd=repo,
+                   check=True)
 
 
 def _with_new_file(tmp_path: Path) -> Path:
@@ -216,7 +224,8 @@ def _committed_in_the_mirror_only(repo: Path) -> None:
     (repo / ".claude/skills/work/reference").mkdir()
     (repo / f".claude/skills/{NEW}").write_text("only here\n")
     subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", "add", "-A"], cwd=repo, check=True)
-    subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "mirror"], cwd=repo, check=True)
+    subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "mirror"], cwd=repo,
+                   check=True)
 
 
 def _deleted_but_committed(repo: Path) -> None:

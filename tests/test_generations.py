@@ -12,7 +12,8 @@ START = "2026-12-01T10:00:00+00:00"
 
 
 def _row(run: int, recorded_at: str, cost: float, sessions: int = 1) -> dict:
-    return {"run": run, "recorded_at": recorded_at, "cost_usd": cost, "session_ids": [f"s{run}-{i}" for i in range(sessions)]}
+    return {"run": run, "recorded_at": recorded_at, "cost_usd": cost,
+            "session_ids": [f"s{run}-{i}" for i in range(sessions)]}
 
 
 def _results(root: Path, incumbent: list[dict], candidate: list[dict], improvement: float, decision: str) -> Path:
@@ -43,8 +44,8 @@ def test_rows_recorded_before_the_generation_started_were_served_not_paid(tmp_pa
     assert meta["ledger"]["proposer"]["paid"] == {"cost_usd": 0.5, "sessions": 1}
     report = generations.report(archive)
     assert "| 1 | candidate_auto=promote | 12.0% (10.0% to 14.0%) | 1.3000 (2) | 2.5000 (4) | reused |" in report
-    assert "in all: paid $1.3000 for 2 sessions; served by the run-cache and the cell store $2.5000 (4 sessions); $0.1083 per promoted " \
-           "percentage point" in report
+    assert "in all: paid $1.3000 for 2 sessions; served by the run-cache and the cell store $2.5000 (4 sessions); " \
+           "$0.1083 per promoted percentage point" in report
     assert "simulated:" in report
 
 
@@ -114,7 +115,8 @@ def test_hand_on_rebuilds_the_memory_of_every_rejected_candidate_of_this_incumbe
     # the newest rejected generation's side, verdict and proposal, as before
     assert (previous / "memory/bench-candidate/results.jsonl").read_text() == '{"generation": 5}\n'
     assert (previous / "memory/proposal.md").read_text() == "Instruction removed: Make the smallest\n"
-    assert json.loads((previous / "memory/gate/promotion.json").read_text())["decisions"][0]["reasons"] == ["gen 5 auto"]
+    assert json.loads((previous / "memory/gate/promotion.json").read_text())["decisions"][0]["reasons"] == [
+        "gen 5 auto"]
     before = {p: p.read_bytes() for p in previous.rglob("*") if p.is_file()}
     assert generations.hand_on(archive, previous) is True  # a function of the archive and the skills: no change
     assert {p: p.read_bytes() for p in previous.rglob("*") if p.is_file()} == before

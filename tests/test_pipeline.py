@@ -95,7 +95,8 @@ def test_make_plots_writes_a_page_that_renders_without_a_network(demo):
     modules = next((ROOT / ".tools").glob("vega-*/node_modules"))
     js = ("const vl=require('vega-lite'),vega=require('vega');new vega.View(vega.parse(vl.compile("
           "JSON.parse(process.argv[1])).spec),{renderer:'none'}).toSVG().then(s=>process.stdout.write(s))")
-    svg = subprocess.run(["node", "-e", js, json.dumps(spec)], env={"NODE_PATH": str(modules), "PATH": os.environ["PATH"]},
+    svg = subprocess.run(["node", "-e", js, json.dumps(spec)],
+                         env={"NODE_PATH": str(modules), "PATH": os.environ["PATH"]},
                          capture_output=True, text=True, check=True).stdout
     for row in spec["data"]["values"]:
         assert row["label"] in svg
@@ -374,7 +375,8 @@ def test_evolve_hands_every_rejection_on_leaves_dvc_clean_and_a_teammate_reprodu
     assert sorted(p.name for p in (teammate / "generations").iterdir()) == ["gen-001", "gen-002", "gen-003"]
     assert (teammate / "previous/memory/rejected.json").read_bytes() == \
         (clone / "previous/memory/rejected.json").read_bytes()
-    assert (teammate / "results/gate/promotion.json").read_bytes() == (clone / "results/gate/promotion.json").read_bytes()
+    assert (teammate / "results/gate/promotion.json").read_bytes() == \
+        (clone / "results/gate/promotion.json").read_bytes()
     shutil.rmtree(clone / "results")
 
 

@@ -162,7 +162,8 @@ class Store:
             raise Miss(str(e)) from None
         arts = entry.get("artifacts")
         if not isinstance(arts, dict) or set(arts) != _artifact_paths(row):
-            raise Miss(f"{path}: its artifacts are not exactly the transcripts and patch its row names (rule: artifacts)")
+            raise Miss(f"{path}: its artifacts are not exactly the transcripts and patch its row names "
+                       "(rule: artifacts)")
         decoded = {}
         for rel, text in arts.items():
             try:
@@ -218,7 +219,8 @@ class Store:
             except (Miss, BadInput):
                 why = "damaged"
             else:
-                why = ("expired" if now - recorded > timedelta(days=max_age_days) or recorded > now + timedelta(minutes=5)
+                why = ("expired" if now - recorded > timedelta(days=max_age_days)
+                                    or recorded > now + timedelta(minutes=5)
                        else "other_harness" if harness_digest and entry["material"].get("harness") != harness_digest
                        else None)
             if why:

@@ -141,8 +141,8 @@ def oracle_tests(files: tuple[tuple[str, bytes], ...], task_id: str, source: Pat
                 ids += [f"{module}.{node.name}::{item.name}" for item in node.body
                         if isinstance(item, ast.FunctionDef | ast.AsyncFunctionDef) and item.name.startswith("test")]
     if not ids:
-        raise _fail(task_id, "oracle.files", "no test function (test_*) in any .py oracle file: the oracle's outcome is "
-                                             "matched against its tests (rule: oracle tests)", source)
+        raise _fail(task_id, "oracle.files", "no test function (test_*) in any .py oracle file: the oracle's outcome "
+                                             "is matched against its tests (rule: oracle tests)", source)
     return sorted(set(ids))
 
 
@@ -213,7 +213,8 @@ def split(tasks: Iterable[Task], gate: Iterable[str], evidence: Iterable[str], s
     for key, named in (("gate", gate), ("evidence", evidence)):
         for task_id in named:
             if task_id not in ids:
-                raise TaskError(f"{source}: tasks.{key}: {task_id!r} is not a task in the tasks file (rule: known task)")
+                raise TaskError(f"{source}: tasks.{key}: {task_id!r} is not a task in the tasks file "
+                                "(rule: known task)")
     automatic = not gate and not evidence
     if automatic:  # every third task, by class then id: classes spread over both sets, and the gate gets most
         ordered = sorted(tasks, key=lambda t: (t.cls, t.id))

@@ -290,7 +290,8 @@ def _improvement(decision: dict[str, Any]) -> str:
 
 def report(archive_dir: Path = ARCHIVE) -> str:
     """Per generation and in all: what was paid for now and what DVC's run-cache or the cell store served, and
-    what a promoted percentage point cost. Simulated sessions are labelled: their dollars are the simulator's arithmetic."""
+    what a promoted percentage point cost. Simulated sessions are labelled: their dollars are the simulator's
+    arithmetic."""
     table = rows(archive_dir)
     if not table:
         return "no generations archived yet (run `make evolve`)"

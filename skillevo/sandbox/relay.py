@@ -128,7 +128,8 @@ class Relay:
     def __init__(self, endpoint: str, api_key: str | None, socket_dir: Path, *, timeout_s: float = 600.0,
                  auth_header: str = "x-api-key") -> None:
         parts = urlsplit(endpoint)
-        if parts.scheme not in ("http", "https") or not parts.hostname or parts.username or parts.query or parts.fragment:
+        if (parts.scheme not in ("http", "https") or not parts.hostname or parts.username or parts.query
+                or parts.fragment):
             raise BadInput("model endpoint must be an http(s) URL with a host and no credentials, query or fragment "
                            "(rule: model.base_url)")
         self.scheme, self.host, self.port = parts.scheme, parts.hostname, parts.port
