@@ -15,7 +15,7 @@ export PATH := $(abspath $(VENV))/bin:$(PATH)
 export SKILLEVO_CLAUDE := $(abspath $(CLAUDE_BIN))
 export DVC_NO_ANALYTICS := 1
 
-.PHONY: setup system-packages demo repro apply revert evolve report push pull gc session-demo test test-full bench-session bench-cells bench-pipeline gate-study demo-seeds bench-economy gate-study-simulator plots modes clean
+.PHONY: setup system-packages demo repro apply revert evolve report push pull gc session-demo lint test test-full bench-session bench-cells bench-pipeline gate-study demo-seeds bench-economy gate-study-simulator plots modes clean
 setup: system-packages $(INSTALLED) $(CLAUDE_BIN)
 
 # bwrap, socat (the model relay and Claude's inner sandbox), git, and Debian's python3 with pytest (what
@@ -108,6 +108,10 @@ gc: setup
 # A single sandboxed session against the simulator, for a quick check of the machine.
 session-demo: setup
 	$(PY) -m skillevo.simulator.demo
+
+# ruff's linter, configured in pyproject.toml to the code's own style (no `ruff format`).
+lint: setup
+	$(PY) -m ruff check skillevo stages tests benchmarks
 
 # Two tiers (docs/testing.md): `test` is everything that needs no CLI, bubblewrap or Ray (minutes, in-process);
 # `test-full` is all of it, end to end, in WORKERS processes (a test file stays on one worker: module fixtures).

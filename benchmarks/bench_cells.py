@@ -71,8 +71,8 @@ def _task_for(target: Path, root: Path) -> tasks.Task:
     (root / "oracles").mkdir(parents=True, exist_ok=True)
     (root / "oracles/o.py").write_text("def test_nothing():\n    pass\n")  # an oracle must hold a test
     (root / "tasks.yaml").write_text(
-        "schema_version: 1\ntasks:\n  - {id: big, class: trivial, target: %s, prompt: p, verify: 'true',\n"
-        "     oracle: {command: 'true', files: [{source: o.py, target: o.py}]}}\n" % target)
+        f"schema_version: 1\ntasks:\n  - {{id: big, class: trivial, target: {target}, prompt: p, verify: 'true',\n"
+        "     oracle: {command: 'true', files: [{source: o.py, target: o.py}]}}\n")
     return tasks.load(root / "tasks.yaml", target_roots=[target])[0]  # a target outside tasks/, allowed by name
 
 
@@ -116,7 +116,7 @@ class TreeCpu:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._sample, daemon=True)
 
-    def __enter__(self) -> "TreeCpu":
+    def __enter__(self) -> TreeCpu:
         usage = resource.getrusage(resource.RUSAGE_SELF)
         self._self = usage.ru_utime + usage.ru_stime
         self._thread.start()
@@ -171,7 +171,7 @@ def latency_rates(side: SidePlan, params: Params, playbooks: Path, profile: Late
             done: list[dict] = []
             with TreeCpu() as cpu:
                 start = time.monotonic()
-                LocalExecutor(workers).run(batch, lambda c, r: done.append(r.row), threading.Event())
+                LocalExecutor(workers).run(batch, lambda c, r, done=done: done.append(r.row), threading.Event())
                 wall = time.monotonic() - start
             for row in done:
                 assert row["error_kind"] in OK_KINDS, row
@@ -216,7 +216,8 @@ def main() -> None:
             generate_history(Path(hist) / "big-repo")
             size = sum(f.stat().st_size for f in (Path(hist) / "big-repo/.git").rglob("*") if f.is_file()) / 1e6
             print(f"generated 10,000-commit target in {time.monotonic() - start:.1f}s ({size:.1f} MB of .git)")
-            large = workspace_seconds(_task_for(Path(hist) / "big-repo", Path(hist) / "tasks"), skills, Path(hist) / "large")
+            large = workspace_seconds(_task_for(Path(hist) / "big-repo", Path(hist) / "tasks"), skills,
+                                      Path(hist) / "large")
         print(f"workspace, 10,000-commit target: template {large[0]:.3f}s once, {large[1]:.3f}s per cell")
 
         mdl, _ = models.resolve(params.model, sim.url())
@@ -236,7 +237,7 @@ def main() -> None:
         for workers in (1, 2):
             done = []
             start = time.monotonic()
-            LocalExecutor(workers).run(cells, lambda c, r: done.append(r), threading.Event())
+            LocalExecutor(workers).run(cells, lambda c, r, done=done: done.append(r), threading.Event())
             wall = time.monotonic() - start
             rates.append(len(done) / wall * 60)
             print(f"local executor, {workers} worker(s): {len(done)} cells in {wall:.1f}s")

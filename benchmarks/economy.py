@@ -33,7 +33,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import yaml
@@ -86,7 +86,7 @@ def _paid(side: Path, since: str) -> int:
 
 
 def _now() -> str:
-    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+    return datetime.now(UTC).isoformat(timespec="seconds")
 
 
 def schedule(clone: Path, seed: int, way: str, runs: int) -> dict:
@@ -113,7 +113,7 @@ def schedule(clone: Path, seed: int, way: str, runs: int) -> dict:
                  quiet=True, store=store)
         paid += _paid(cand, start)
         promotion = build_promotion(load_side(inc, "incumbent"), load_side(cand, "candidate"),
-                                    load_freeze(frozen / "manifest.json"), p.gate, now=datetime.now(timezone.utc))
+                                    load_freeze(frozen / "manifest.json"), p.gate, now=datetime.now(UTC))
         decision = "promote" if all(d["decision"] == "promote" for d in promotion["decisions"]) else "keep"
         decisions.append((kind, decision))
         for d in promotion["decisions"]:
@@ -154,7 +154,8 @@ def main(argv: list[str] | None = None) -> int:
     if not os.environ.get("SKILLEVO_CLAUDE"):
         raise SystemExit("run through `make bench-economy` (it sets SKILLEVO_CLAUDE to the pinned CLI)")
     fixed, seq_power, powers = fixed_runs_for_equal_power()
-    print(f"power for a 20% saving (gate-study model, p={POWER_CELL[1]}, CV {POWER_CELL[2]}): sequential up to {RUNS} runs {seq_power:.3f}; "
+    print(f"power for a 20% saving (gate-study model, p={POWER_CELL[1]}, CV {POWER_CELL[2]}): sequential up to "
+          f"{RUNS} runs {seq_power:.3f}; "
           f"fixed " + ", ".join(f"{n}: {pw:.3f}" for n, pw in powers.items()) + f" -> fixed_rerun at {fixed} runs")
     ways = {"ours": RUNS, "fixed_rerun": fixed, "seed-style": 3}
     totals = {way: {"paid": 0, "false": 0, "true": 0} for way in ways}

@@ -12,10 +12,10 @@ from typing import Any
 import matplotlib
 
 matplotlib.use("svg")
-import matplotlib.pyplot as plt  # noqa: E402 - after choosing the backend
+import matplotlib.pyplot as plt  # after choosing the backend
 
-from benchmarks.gate_model import BASE_CV, BASE_P, BY_NAME, DESIGNS, SCENARIOS, Cell, truth  # noqa: E402
-from skillevo.core.config import Policy, SamplingParams  # noqa: E402
+from benchmarks.gate_model import BASE_CV, BASE_P, BY_NAME, DESIGNS, SCENARIOS, Cell, truth
+from skillevo.core.config import Policy, SamplingParams
 
 HEADLINE = Cell("20% cheaper", "interleaved", 10, 1.0, 0.35)
 

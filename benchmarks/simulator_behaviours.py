@@ -49,7 +49,8 @@ BEHAVIOURS: list[dict[str, Any]] = [
     {"id": "spread", "phrase": "think aloud at whatever length the problem needs",
      "effect": {"spread": {"factor": 2}}},
 ]
-PHRASES = dict(zip(("retry", "give-up", "spread"), (b["phrase"] for b in BEHAVIOURS)))  # measurement -> phrase
+# measurement -> phrase
+PHRASES = dict(zip(("retry", "give-up", "spread"), (b["phrase"] for b in BEHAVIOURS), strict=True))
 ARM = "behaviours"  # the arm name the cell keys are drawn under
 
 
@@ -168,7 +169,8 @@ def measure_effects(which: set[str], runs: int, workers: int) -> list[dict[str, 
         phrase = PHRASES[w]
         sessions = [noise.session(cell_key(t, ARM, r, 1)) for t, r in cells]
         fired = [agent.Affected(s) if s.skips_skill else  # the phrase never reaches an agent that skips its skill
-                 agent.affected(pb, pb.task_for(TASKS[t]["prompt"]), phrase, s) for (t, _), s in zip(cells, sessions)]
+                 agent.affected(pb, pb.task_for(TASKS[t]["prompt"]), phrase, s)
+                 for (t, _), s in zip(cells, sessions, strict=True)]
         extra: dict[str, Any] = {}
         if w == "retry":
             looped = [(b, x, f.repeats) for b, x, f in zip(base, treated, fired, strict=True) if f.repeats]
@@ -208,9 +210,10 @@ def measure_drift(moments: int, runs: int, workers: int, sigma: float) -> dict[s
     task_mean = {t: statistics.fmean(math.log(r["cost"]) for r in rows if r["task"] == t) for t in TASKS}
     y = [math.log(r["cost"]) - task_mean[r["task"]] for r in rows]  # log cost, centred per task
     mx, my = statistics.fmean(x), statistics.fmean(y)
-    slope = sum((a - mx) * (b - my) for a, b in zip(x, y)) / sum((a - mx) ** 2 for a in x)
-    per_moment = [statistics.fmean(v for j, v in zip(jobs, y) if j.moment == m) for m in names]
-    within = statistics.fmean(statistics.variance([v for j, v in zip(jobs, y) if j.moment == m]) for m in names)
+    slope = sum((a - mx) * (b - my) for a, b in zip(x, y, strict=True)) / sum((a - mx) ** 2 for a in x)
+    per_moment = [statistics.fmean(v for j, v in zip(jobs, y, strict=True) if j.moment == m) for m in names]
+    within = statistics.fmean(statistics.variance([v for j, v in zip(jobs, y, strict=True) if j.moment == m])
+                              for m in names)
     n = len(TASKS) * runs
     return {"behaviour": "drift", "drift_sigma": profile.drift_sigma, "moments": moments, "sessions": len(rows),
             "factors": {m: round(f, 3) for m, f in factor.items()}, "slope": slope,
@@ -241,7 +244,7 @@ def main() -> None:
         out.append(measure_drift(args.moments, args.drift_runs, args.workers, args.drift_sigma))
     for result in out:
         print(json.dumps(_rounded(result)))
-    print("SIMULATED: every number above comes from the offline simulator (seed %d), not a model." % SEED)
+    print(f"SIMULATED: every number above comes from the offline simulator (seed {SEED}), not a model.")
 
 
 if __name__ == "__main__":

@@ -190,13 +190,14 @@ def freeze(overlay_dir: Path, *, params: Params, tasks_file: Path, repo: Path, o
         "script_changes": checked.script_changes,
     }
     validate(manifest, "freeze-manifest", out / MANIFEST)
-    if out.exists() and not out.is_symlink() and out.is_dir() and set(p.name for p in out.iterdir()) - {MANIFEST, OVERLAY}:
+    if (out.exists() and not out.is_symlink() and out.is_dir()
+            and set(p.name for p in out.iterdir()) - {MANIFEST, OVERLAY}):
         raise BadInput(f"{out}: holds more than a previous freeze ({MANIFEST}, {OVERLAY}/); refusing to replace it")
     safefs.remove_tree(out)
     safefs.write_tree(out / OVERLAY, files, file_mode=0o444, dir_mode=0o555, executables=executables)
     frozen_executables: set[str] = set()
-    frozen = safefs.read_tree(out / OVERLAY, max_file_bytes=limits.max_file_bytes, max_total_bytes=limits.max_total_bytes,
-                              executables=frozen_executables)
+    frozen = safefs.read_tree(out / OVERLAY, max_file_bytes=limits.max_file_bytes,
+                              max_total_bytes=limits.max_total_bytes, executables=frozen_executables)
     if frozen != files or frozen_executables != executables:
         raise BrokenEnvironment(f"{out / OVERLAY}: the frozen copy differs from the validated overlay")
     safefs.write_atomic(out / MANIFEST, documents.dump_json(manifest))

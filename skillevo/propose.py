@@ -39,7 +39,8 @@ def render_prompt(template_path: Path, evolvable: list[str], max_changed_lines: 
                   allow: tuple[str, ...] | frozenset[str] = ()) -> str:
     """The proposer's prompt, stating exactly what params propose.allow lets this overlay do."""
     template = safefs.read_text(template_path, max_bytes=MAX_PROMPT_BYTES, what="proposer prompt template")
-    allowed = "; ".join(["replace Markdown files of an evolvable skill"] + [SCOPE[a] for a in sorted(SCOPE) if a in allow])
+    allowed = "; ".join(["replace Markdown files of an evolvable skill"]
+                        + [SCOPE[a] for a in sorted(SCOPE) if a in allow])
     if overlay.SUPPORTING_FILES not in allow:
         allowed += ". Adding a new file is not possible (params propose.allow does not list supporting-files)."
     else:

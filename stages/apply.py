@@ -9,7 +9,7 @@ import argparse
 import functools
 import sys
 from dataclasses import fields
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 from skillevo.apply import ApplyPaths, Fault, apply_promotion, revert
@@ -45,7 +45,7 @@ def parser() -> argparse.ArgumentParser:
 
 def run(args: argparse.Namespace, fault: Fault | None = None) -> str:
     try:
-        now = datetime.now(timezone.utc) if args.now is None else datetime.fromisoformat(args.now)
+        now = datetime.now(UTC) if args.now is None else datetime.fromisoformat(args.now)
     except ValueError as e:
         raise BadInput(f"--now {args.now!r}: {e}") from None
     if now.utcoffset() is None:

@@ -6,9 +6,10 @@
 The incumbent side runs every arm in params.yaml on the incumbent skills, for the proposer's evidence and the
 reports; the candidate side runs the candidate arms the frozen overlay requires on the gate's tasks, each beside
 its contemporaneous control (the incumbent arm, measured again in the same blocks, in random order): the gate
-compares those two. They are separate DVC stages, so an unchanged incumbent side is never paid for twice; and within a side every finished cell goes to the cell store (--store) the moment
-it ends, so a killed bench resumes without paying for a finished cell again. Exit 130 when interrupted (finished cells are kept), 2 on bad input,
-69 when the machine cannot run sandboxed sessions.
+compares those two. They are separate DVC stages, so an unchanged incumbent side is never paid for twice; and
+within a side every finished cell goes to the cell store (--store) the moment it ends, so a killed bench resumes
+without paying for a finished cell again. Exit 130 when interrupted (finished cells are kept), 2 on bad input, 69
+when the machine cannot run sandboxed sessions.
 """
 
 from __future__ import annotations
@@ -43,10 +44,11 @@ def parser() -> argparse.ArgumentParser:
 def run(args: argparse.Namespace) -> str:
     params = stage.load_params("bench", args)
     out = args.out or layout.BENCH[args.side]
-    side_plan = plan(args.side, args.tasks, stage.skills_dir(args, params), args.overlay, params, args.include_expensive,
-                     modes=args.modes)
+    side_plan = plan(args.side, args.tasks, stage.skills_dir(args, params), args.overlay, params,
+                     args.include_expensive, modes=args.modes)
     rows = run_side(side_plan, params, out, store=args.store)
-    return f"bench {args.side}: {len(rows)} cells, {sum(r['resolved'] for r in rows)} resolved; report: {out / 'report.md'}"
+    return (f"bench {args.side}: {len(rows)} cells, {sum(r['resolved'] for r in rows)} resolved; "
+            f"report: {out / 'report.md'}")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import argparse
 import sys
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 from skillevo.core import layout, stage
@@ -36,7 +36,7 @@ def run(args: argparse.Namespace) -> str:
     policy = stage.load_params("gate", args).gate
     incumbent, candidate = load_side(args.incumbent, "incumbent"), load_side(args.candidate, "candidate")
     manifest = load_freeze(args.freeze)
-    promotion = build_promotion(incumbent, candidate, manifest, policy, now=datetime.now(timezone.utc))
+    promotion = build_promotion(incumbent, candidate, manifest, policy, now=datetime.now(UTC))
     stage.warn("gate", [f"metric {policy.metric}: {w}" for w in [metric_warning(policy)] if w])
     write_promotion(promotion, args.out / "promotion.json")
     return "\n".join(write_outputs(args.out, promotion, incumbent, candidate, manifest))

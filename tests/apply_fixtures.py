@@ -11,7 +11,7 @@ import json
 import os
 import subprocess
 from dataclasses import dataclass
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import yaml
@@ -24,18 +24,22 @@ from skillevo.gate import build_promotion, write_promotion
 from tests.bench_fixtures import make_mini
 from tests.gate_rows import CANDIDATE, INCUMBENT, bench, controls, runs, write_side
 
-NOW = datetime(2025, 3, 1, 12, 0, tzinfo=timezone.utc)  # when the gate decided, and when every row was recorded
+NOW = datetime(2025, 3, 1, 12, 0, tzinfo=UTC)  # when the gate decided, and when every row was recorded
 APPLY_AT = NOW + timedelta(days=1)
 MODEL_NAME = "claude-sonnet-4-6"  # a pinned current id: params load without a warning
 MIRRORS = [".claude/skills"]
 ROOTS = ["skills", *MIRRORS]
 ORIGINAL = {
-    "plan/SKILL.md": b"---\nname: plan\ndescription: Write a short implementation plan before any code changes.\n---\n# Plan\n\nWrite a plan.\n",
-    "work/SKILL.md": b"---\nname: work\ndescription: Carry out a coding task in this repository.\n---\n# Work\n\nDo the work. Run the tests.\n",
+    "plan/SKILL.md": b"---\nname: plan\ndescription: Write a short implementation plan before any code changes.\n"
+                     b"---\n# Plan\n\nWrite a plan.\n",
+    "work/SKILL.md": b"---\nname: work\ndescription: Carry out a coding task in this repository.\n"
+                     b"---\n# Work\n\nDo the work. Run the tests.\n",
 }
 OVERLAY = {
-    "plan/SKILL.md": b"---\nname: plan\ndescription: Write a short implementation plan before any code changes.\n---\n# Plan\n\nWrite a short plan.\n",
-    "work/SKILL.md": b"---\nname: work\ndescription: Carry out a coding task in this repository.\n---\n# Work\n\nDo the work. Run the tests once, in the foreground.\n",
+    "plan/SKILL.md": b"---\nname: plan\ndescription: Write a short implementation plan before any code changes.\n"
+                     b"---\n# Plan\n\nWrite a short plan.\n",
+    "work/SKILL.md": b"---\nname: work\ndescription: Carry out a coding task in this repository.\n"
+                     b"---\n# Work\n\nDo the work. Run the tests once, in the foreground.\n",
 }
 DESTINATIONS = sorted(f"{root}/{rel}" for root in ROOTS for rel in OVERLAY)
 # A candidate that also adds a reference file in a directory the skill does not have yet (params propose.allow:

@@ -40,7 +40,8 @@ PLAYBOOK = {
             "work": [{"read": "pkg/greet.py"},
                      {"edit": {"path": "pkg/greet.py", "old": '"hi"', "new": '"hello"'}},
                      {"write": {"path": "tests/test_greet.py",
-                                "content": "from pkg.greet import greet\n\n\ndef test_greet():\n    assert greet() == 'hello'\n"}},
+                                "content": "from pkg.greet import greet\n\n\n"
+                                           "def test_greet():\n    assert greet() == 'hello'\n"}},
                      {"bash": "python3 -m pytest -q -p no:cacheprovider tests/test_greet.py"}]}},
         # an agent that makes the visible check pass without doing the work
         {"id": "cheat", "match": "cheating greeting", "sessions": {

@@ -103,7 +103,8 @@ def row(
 def runs(task: str, arm: str, costs: list[float | None], *, kinds: list[str | None] | None = None, **fields: Any):
     """One row per cost, run numbers from 1; `kinds` gives each run's error_kind (default: all resolved)."""
     kinds = kinds or [None] * len(costs)
-    return [row(task, arm, i, cost_usd=c, error_kind=k, **fields) for i, (c, k) in enumerate(zip(costs, kinds), 1)]
+    return [row(task, arm, i, cost_usd=c, error_kind=k, **fields)
+            for i, (c, k) in enumerate(zip(costs, kinds, strict=True), 1)]
 
 
 def bench(side: str, tasks: dict[str, str], *, arms: tuple[str, ...] = (INCUMBENT,), **fields: Any) -> dict[str, Any]:
@@ -173,7 +174,8 @@ def sides(rows: list[dict[str, Any]], tasks: dict[str, str] | None = None) -> tu
                    "bench_sha256": sha256_bytes(canonical_json(bench_json))}
         return Side(Path(f"bench-{name}"), bench_json, tuple(side_rows), digests)
 
-    return side("incumbent", bench("incumbent", tasks), incumbent), side("candidate", bench("candidate", tasks), candidate)
+    return (side("incumbent", bench("incumbent", tasks), incumbent),
+            side("candidate", bench("candidate", tasks), candidate))
 
 
 def transcript(row: dict[str, Any]) -> bytes:

@@ -71,7 +71,8 @@ class _Handler(BaseHTTPRequestHandler):
             gw.seen.append({"authorized": authorized, "headers": sorted(k.lower() for k in self.headers)})
         if not authorized:
             return self._send(401, [("content-type", "application/json")],
-                              b'{"type":"error","error":{"type":"authentication_error","message":"bearer token required"}}')
+                              b'{"type":"error","error":{"type":"authentication_error",'
+                              b'"message":"bearer token required"}}')
         headers = {k: v for k, v in self.headers.items() if k.lower() not in _HOP}
         conn = http.client.HTTPConnection(gw.host, gw.port, timeout=300)
         try:

@@ -242,8 +242,8 @@ REFUSALS = {
         r"task_bindings\[0\]\.verify_sha256: differs", None,
     ),
     "policy drift": (
-        lambda p: p.write_params(gate={**GATE, "min_improvement_pct": 1}), AS_IS, r"policy\.min_improvement_pct: differs",
-        None,
+        lambda p: p.write_params(gate={**GATE, "min_improvement_pct": 1}), AS_IS,
+        r"policy\.min_improvement_pct: differs", None,
     ),
     "expired evidence": (
         lambda p: None, AS_IS, r"evidence_expires_at: the evidence expired", NOW + timedelta(days=91),

@@ -26,8 +26,8 @@ def test_auto_and_none_sessions_load_as_arms_and_check_against_the_family():
 
 
 @pytest.mark.parametrize("spec, message", [
-    ({"a": [("auto", "Use the work skill for: {prompt}")]}, r"arms\.a\.sessions\[0\]\.prompt: a 'auto' session's prompt "
-                                                           r"may not mention a skill"),
+    ({"a": [("auto", "Use the work skill for: {prompt}")]},
+     r"arms\.a\.sessions\[0\]\.prompt: a 'auto' session's prompt may not mention a skill"),
     ({"b": [("none", "/work {prompt}")]}, r"arms\.b\.sessions\[0\]\.prompt: a 'none' session's prompt"),
     ({"m": [("plan", "Use the plan skill: {prompt}"), ("none", TASK)]},
      r"arms\.m\.sessions\[1\]\.skill: 'none' in an arm whose other sessions use skills"),

@@ -10,7 +10,7 @@ promotion needs every required arm.
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -40,7 +40,8 @@ def test_a_damaged_description_is_kept_out_by_the_auto_arm(tmp_path):
     # the demo's gate tasks, mild noise as in the demo; 3 runs (gate.min_runs) and no baseline keep it short, so
     # the resolution margin is widened to what 9 runs per arm can bound (the demo's 20 points need 14), and the gate
     # is told to trust a cost test on 9 runs an arm (the demo's 40 guard against tails this test is not about)
-    p = params(runs=3, simulator={"noise": "demo", "seed": 0}, gate={"max_resolution_drop_pct": 40, "min_total_runs": 9},
+    p = params(runs=3, simulator={"noise": "demo", "seed": 0},
+               gate={"max_resolution_drop_pct": 40, "min_total_runs": 9},
                tasks={"gate": ["ledger-currencies", "ledger-discount-tax", "textstats-sentence-length"],
                       "evidence": ["textstats-unique-words"]})
     incumbent = plan("incumbent", TASKS, ROOT / "skills", None, p)
@@ -61,7 +62,7 @@ def test_a_damaged_description_is_kept_out_by_the_auto_arm(tmp_path):
     manifest = freeze(tuple(required), overlay_digest=candidate.overlay_digest, candidate_origin="hand-written",
                       proposer_model=None)
     promotion = build_promotion(load_side(tmp_path / "inc", "incumbent"), load_side(tmp_path / "cand", "candidate"),
-                                manifest, p.gate, now=datetime.now(timezone.utc))
+                                manifest, p.gate, now=datetime.now(UTC))
     decisions = {d["candidate_arm"]: d for d in promotion["decisions"]}
     assert decisions["candidate_auto"]["decision"] == "keep_incumbent"
     assert decisions["candidate_auto"]["reasons"][0].startswith("resolution fell (9/9 -> 0/9 resolved)")

@@ -59,7 +59,8 @@ def test_oracle_is_never_in_the_workspace_during_the_session(tmp_path):
     side.tasks = side.tasks[:1]
     side.arms = [a for a in side.arms if a.name == "auto"]
     targets = EscapeTargets(outside_dir=str(tmp_path), planted_file=str(tmp_path / "none"), home_dir=str(Path.home()),
-                            oracle_dir=str(tasks_file.parent / "oracles"), loopback_port=9, marker=f"bench-escape-marker-{uuid.uuid4().hex}")
+                            oracle_dir=str(tasks_file.parent / "oracles"), loopback_port=9,
+                            marker=f"bench-escape-marker-{uuid.uuid4().hex}")
     with Simulator(load_all([tasks_file.parent / "playbooks/mini.yaml"]), escape=targets) as sim:
         model, _ = models.resolve(p.model, sim.url("escape"))
         scratch = tmp_path / "scratch"

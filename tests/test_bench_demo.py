@@ -64,7 +64,8 @@ def test_the_baseline_has_no_skill_and_fails_where_the_edge_case_matters(incumbe
                                                           (None, True)), task
     report = (demo_incumbent[0] / "report.md").read_text()
     assert "## Against the baseline `baseline` (no skill installed)" in report
-    assert re.search(r"\| auto \| 4/4 \| 1/4 \| \+75 points \| [\d.]+ \| [\d.]+ \| \+[\d.]+ \(\+[\d.]+%\) \|", report), report
+    assert re.search(r"\| auto \| 4/4 \| 1/4 \| \+75 points \| [\d.]+ \| [\d.]+ \| \+[\d.]+ \(\+[\d.]+%\) \|",
+                     report), report
 
 
 def test_known_better_overlay_is_cheaper_on_every_task_and_resolves_all(incumbent, tmp_path):

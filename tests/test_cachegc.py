@@ -14,9 +14,11 @@ import pytest
 from skillevo.ops import gc as cachegc
 
 DVC = str(Path(sys.executable).with_name("dvc"))
+# the stage's command is one line: the backslash continues the string, it adds no newline to the YAML
 STAGE = """stages:
   make:
-    cmd: python3 -c "import yaml; x = yaml.safe_load(open('params.yaml'))['x']; open('out.txt', 'w').write(str(x) * 1000)" && echo ran >> ran.log
+    cmd: python3 -c "import yaml; x = yaml.safe_load(open('params.yaml'))['x']; \
+open('out.txt', 'w').write(str(x) * 1000)" && echo ran >> ran.log
     params: [x]
     outs: [out.txt]
 """

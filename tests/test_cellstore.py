@@ -13,7 +13,7 @@ import signal
 import subprocess
 import sys
 import time
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -56,15 +56,16 @@ def test_the_key_covers_everything_that_can_change_a_cell(specs):
         "arm name": dataclasses.replace(base, arm=dataclasses.replace(base.arm, name="other", incumbent="other")),
         "model": dataclasses.replace(base, model=dataclasses.replace(base.model, name="claude-opus-4-6")),
         "effort": dataclasses.replace(base, model=dataclasses.replace(base.model, effort="high")),
-        "limits": dataclasses.replace(base, limits=dataclasses.replace(base.limits, memory_mb=base.limits.memory_mb + 1)),
+        "limits": dataclasses.replace(base,
+                                      limits=dataclasses.replace(base.limits, memory_mb=base.limits.memory_mb + 1)),
         "timeout": dataclasses.replace(base, phase_timeout_s=base.phase_timeout_s + 1),
         "retries": dataclasses.replace(base, max_retries=base.max_retries + 1),
         "churn": dataclasses.replace(base, churn_exclude=()),
     }
     keys = {name: cellstore.key(spec, CTX) for name, spec in variants.items()}
     keys["base"] = cellstore.key(base, CTX)
-    for field, value in (("harness", "i" * 64), ("replicate", 1),
-                         ("simulator", {**CTX.simulator, "seed": 1}), ("simulator", {**CTX.simulator, "playbooks": "q"})):
+    for field, value in (("harness", "i" * 64), ("replicate", 1), ("simulator", {**CTX.simulator, "seed": 1}),
+                         ("simulator", {**CTX.simulator, "playbooks": "q"})):
         keys[f"ctx {field} {value}"] = cellstore.key(base, dataclasses.replace(CTX, **{field: value}))
     assert len(set(keys.values())) == len(keys), keys
     # the simulator's port is chosen per run: it must not change the key
@@ -113,7 +114,8 @@ def _bench(tasks_file: Path, store: Path, out: Path, runs: int = 1) -> dict:
 @pytest.mark.bwrap
 def test_a_second_bench_pays_for_nothing_and_more_runs_pay_only_the_new_ones(stored, tmp_path):
     tasks_file, store, first = stored
-    assert json.loads((first / "bench.json").read_text())["cell_store"] == {"served": 0, "paid": 6, "stored": 6, "canaries": []}
+    assert json.loads((first / "bench.json").read_text())["cell_store"] == {"served": 0, "paid": 6, "stored": 6,
+                                                                            "canaries": []}
     again = _bench(tasks_file, store, tmp_path / "again")
     assert again["cell_store"] == {"served": 6, "paid": 0, "stored": 0, "canaries": []}
     assert (tmp_path / "again/results.jsonl").read_bytes() == (first / "results.jsonl").read_bytes()
@@ -151,9 +153,9 @@ def _tamper(entry: dict, how: str, other: dict) -> dict:
     elif how == "other cell":
         entry["row"], entry["artifacts"] = other["row"], other["artifacts"]
     elif how == "expired":
-        row["recorded_at"] = (datetime.now(timezone.utc) - timedelta(days=91)).isoformat(timespec="seconds")
+        row["recorded_at"] = (datetime.now(UTC) - timedelta(days=91)).isoformat(timespec="seconds")
     elif how == "future":
-        row["recorded_at"] = (datetime.now(timezone.utc) + timedelta(days=1)).isoformat(timespec="seconds")
+        row["recorded_at"] = (datetime.now(UTC) + timedelta(days=1)).isoformat(timespec="seconds")
     elif how == "excluded":
         row.update(error_kind="session-error", error_detail="api down", resolved=False)
     elif how == "schema":

@@ -54,7 +54,8 @@ def test_sections_are_frozen():
     ({"bench": {"ray_cell_resources": {"num_cpus": -1}}}, r"\$\.bench\.ray_cell_resources\.num_cpus: -1"),
     ({"gate": {"alpha": 0}}, r"\$\.gate\.alpha: 0 is less than or equal to the minimum of 0"),
     ({"gate": {"alpha": 0.05, "quality_promotion_alpha": 0.05}},
-     r"\$\.gate\.quality_promotion_alpha: 0\.05 is not less than alpha 0\.05 \(rule: the metric is tested at alpha minus it\)"),
+     r"\$\.gate\.quality_promotion_alpha: 0\.05 is not less than alpha 0\.05 "
+     r"\(rule: the metric is tested at alpha minus it\)"),
     ({"propose": {"timeout_s": 0}}, r"\$\.propose\.timeout_s: 0 is less than the minimum of 10"),
     ({"model": {"effort": "extreme"}}, r"\$\.model\.effort: 'extreme' is not one of"),
     ({"skills": {"dir": "skills"}}, r"\$\.skills: Additional properties .*'dir' was unexpected"),
@@ -88,11 +89,12 @@ def test_model_ids_are_checked_against_the_pinned_catalog(name, today, outcome):
             config.parse({"arms": ARMS, "propose": {"model": name}}, today=today)
         return
     notes = config.parse(doc, today=today).notes
-    assert len(notes) == len(outcome) and all(o in n for o, n in zip(outcome, notes)), notes
+    assert len(notes) == len(outcome) and all(o in n for o, n in zip(outcome, notes, strict=True)), notes
 
 
 def test_family_directories_have_one_normal_form():
-    params = config.parse({"arms": ARMS, "skills": {"paths": {"skills": "./skills/", "mirrors": ["./.claude/skills/"]}}})
+    params = config.parse({"arms": ARMS,
+                           "skills": {"paths": {"skills": "./skills/", "mirrors": ["./.claude/skills/"]}}})
     assert params.skills.roots == ("skills", ".claude/skills")
     with pytest.raises(BadInput, match="is the canonical directory itself"):
         config.parse({"arms": ARMS, "skills": {"paths": {"skills": "skills", "mirrors": ["skills/"]}}})

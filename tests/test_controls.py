@@ -77,7 +77,8 @@ def test_a_whole_side_reads_back_with_its_controls(tmp_path):
     ({"arms": [{"name": CANDIDATE, "incumbent_arm": INCUMBENT, "skills": ["work"]}]}, r"controls \[\] for candidate"),
     ({"arms": [{"name": INCUMBENT, "incumbent_arm": INCUMBENT, "skills": ["work"]},
                {"name": "auto", "incumbent_arm": "auto", "skills": ["work"]},
-               {"name": CANDIDATE, "incumbent_arm": INCUMBENT, "skills": ["work"]}]}, r"controls \['auto', 'workflow'\]"),
+               {"name": CANDIDATE, "incumbent_arm": INCUMBENT, "skills": ["work"]}]},
+     r"controls \['auto', 'workflow'\]"),
 ])
 def test_a_side_without_its_controls_or_with_another_arm_is_refused(tmp_path, change, message):
     rows = _rows() if "arms" not in change or any(a["name"] == INCUMBENT for a in change["arms"]) else [

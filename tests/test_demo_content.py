@@ -1,10 +1,10 @@
 """The demo benchmark content holds together, proved fast by playing the playbook directly (no CLI, no sandbox).
 
 For every task x work-skill variant (incumbent, known-better, known-worse) x arm shape (workflow, auto), and
-for the baseline arm (no skill), the target is copied, the steps the playbook selects for that skill text are applied as the real CLI
-tools would apply them (an Edit or an overwriting Write needs a Read of that file earlier in the same
-session; an Edit's old string must occur exactly once), and the task's verify and hidden oracle run with
-Debian's python3, as in the sandbox. Required outcomes:
+for the baseline arm (no skill), the target is copied, the steps the playbook selects for that skill text are
+applied as the real CLI tools would apply them (an Edit or an overwriting Write needs a Read of that file
+earlier in the same session; an Edit's old string must occur exactly once), and the task's verify and hidden
+oracle run with Debian's python3, as in the sandbox. Required outcomes:
 
 - incumbent skills: verify and oracle pass on every task, in both arm shapes (the auto arm chooses `work` from
   the descriptions, as skillevo.simulator.agent.choose does);
@@ -337,7 +337,7 @@ def played(tasks, book, skill_texts, tmp_path_factory) -> Played:
         [(tasks[t], root, False) for t, root in pristine_roots.items()]
     with ThreadPoolExecutor(max_workers=max(2, min(8, (os.cpu_count() or 2) * 2))) as pool:
         outcomes = pool.map(lambda job: _check(job[0], job[1], verify=job[2]), jobs)
-        results = dict(zip([root for _task, root, _verify in jobs], outcomes))
+        results = dict(zip([root for _task, root, _verify in jobs], outcomes, strict=True))
     for cell in cells.values():
         cell.verify, cell.oracle, cell.outputs = results[first[(cell.task, cell.tree)]]
     return Played(cells, {t: results[root] for t, root in pristine_roots.items()})

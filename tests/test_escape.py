@@ -60,7 +60,7 @@ def escape_run(book, tmp_path_factory):
     try:
         listener.accept()
         connected = True
-    except socket.timeout:
+    except TimeoutError:
         connected = False
     listener.close()
     text = read_artifact(record["transcript"], root / "transcripts").decode()
@@ -68,7 +68,8 @@ def escape_run(book, tmp_path_factory):
     for line in text.splitlines():
         event = json.loads(line)
         if event["type"] == "user":
-            results += [json.dumps(b.get("content")) for b in event["message"]["content"] if b.get("type") == "tool_result"]
+            results += [json.dumps(b.get("content")) for b in event["message"]["content"]
+                        if b.get("type") == "tool_result"]
     return {"record": record, "ws": ws, "outside": outside, "text": text, "results": results,
             "connected": connected, "argvs": argvs}
 

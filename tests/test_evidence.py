@@ -52,7 +52,8 @@ def guard() -> OracleGuard:
 def make_row(task: str, arm: str, run: int, *, resolved: bool = False, error_kind: str | None = "verify-failed",
              cost: float | None = 1.0, **fields: Any) -> dict[str, Any]:
     """A complete results row (tests/gate_rows.row, the one row builder) with evidence-flavoured defaults."""
-    defaults = {"num_turns": 5, "diff_files": 2, "diff_insertions": 10, "diff_deletions": 3, "verify_tail": "x" * 1000 + "\nFAILED tests/test_a.py::test_one - AssertionError\n",
+    defaults = {"num_turns": 5, "diff_files": 2, "diff_insertions": 10, "diff_deletions": 3,
+                "verify_tail": "x" * 1000 + "\nFAILED tests/test_a.py::test_one - AssertionError\n",
                 "session_ids": [f"{task}-{arm}-{run}-s1"]}
     row = gate_rows.row(task, arm, run, resolved=resolved, error_kind=None if resolved else error_kind,
                         cost_usd=cost, **{**defaults, **fields})
@@ -95,7 +96,7 @@ def patch_text(task: str, body: str = "+    return len(set(words))") -> bytes:
 
 def promotion() -> dict[str, Any]:
     """A promotion.json made by the real gate code, its one decision's reasons replaced (a secret planted)."""
-    from datetime import datetime, timezone
+    from datetime import UTC, datetime
 
     from skillevo.core.config import Policy
     from skillevo.gate import build_promotion
@@ -103,7 +104,7 @@ def promotion() -> dict[str, Any]:
 
     incumbent, candidate = gate_rows.sides(promoting_rows())
     doc = build_promotion(incumbent, candidate, gate_rows.freeze(), Policy.from_dict({}),
-                          now=datetime(2025, 1, 1, tzinfo=timezone.utc))
+                          now=datetime(2025, 1, 1, tzinfo=UTC))
     doc["decisions"][0].update(decision="keep_incumbent",
                                reasons=["reason one", "reason two", f"reason three {PLANTED}", "reason four"])
     return validate(doc, "promotion", "test promotion")
@@ -140,7 +141,10 @@ def previous_generation(root: Path, *, proposal: str = "# Proposal\n\nShorten th
     return prev
 
 
-def build(prev: Path, limits: config.EvidenceParams = config.evidence_limits(), **kwargs: Any) -> ev.Bundle:
+DEFAULT_LIMITS = config.evidence_limits()  # the schema's defaults, read once
+
+
+def build(prev: Path, limits: config.EvidenceParams = DEFAULT_LIMITS, **kwargs: Any) -> ev.Bundle:
     return ev.build_bundle(ev.load_previous(prev), guard=guard(), limits=limits, skills=("plan", "work"),
                            secrets=(ENV_KEY,), **kwargs)
 
@@ -381,7 +385,7 @@ def test_big_files_are_compacted_in_the_bundle(tmp_path: Path):
 
 def test_learnings_keep_the_last_n_for_evolvable_skills(tmp_path: Path):
     path = tmp_path / "learnings.jsonl"
-    items = [{"skill": ["work", "plan", "review"][i % 3], "date": "2025-01-0%d" % (i % 9 + 1), "task": None,
+    items = [{"skill": ["work", "plan", "review"][i % 3], "date": f"2025-01-0{i % 9 + 1}", "task": None,
               "friction": f"friction {i}", "suggestion": f"suggestion {i} {PLANTED if i == 7 else ''}"}
              for i in range(9)]
     path.write_text("\n".join(json.dumps(i) for i in items) + "\n\n", encoding="utf-8")
@@ -531,7 +535,7 @@ THIS = gate_rows.bench("incumbent", {"t1": "trivial"})["skills_digest"]
 
 def rejected(gen: int, drop: str, decision: str = "keep_incumbent", digest: str = THIS,
              reasons: tuple[str, ...] = ("no cheaper",)) -> dict[str, Any]:
-    text = b"".join(l for l in FAMILY["work/SKILL.md"].splitlines(True) if drop.encode() not in l)
+    text = b"".join(line for line in FAMILY["work/SKILL.md"].splitlines(True) if drop.encode() not in line)
     return memory.entry(gen, digest, FAMILY, (), {"work/SKILL.md": text}, (),
                         [{"candidate_arm": "candidate_workflow", "decision": decision, "reasons": list(reasons)}])
 
@@ -556,10 +560,10 @@ def test_every_rejected_candidate_of_this_incumbent_reaches_the_bundle_newest_fi
     assert [e["generation"] for e in shown] == [4, 2, 1]
     assert [e["decisions"][0]["decision"] for e in shown] == ["keep_incumbent", "insufficient_evidence",
                                                              "keep_incumbent"]
-    for entry, line in zip(shown, ("step three", "step two", "step one")):
+    for entry, step in zip(shown, ("step three", "step two", "step one"), strict=True):
         assert entry["diff"].startswith("--- a/work/SKILL.md\n+++ b/work/SKILL.md\n@@ ")
-        assert [l for l in entry["diff"].splitlines() if l.startswith("-") and not l.startswith("---")] == \
-               [f"-- {line}"]
+        assert [line for line in entry["diff"].splitlines() if line.startswith("-") and not line.startswith("---")] == \
+               [f"-- {step}"]
     assert shown[0]["decisions"][0]["reasons"] == ["r1", "token [REDACTED]", "r3"]  # the first three, redacted
     assert PLANTED not in all_text(bundle)
     manifest = bundle.manifest
@@ -585,7 +589,8 @@ def test_a_rejected_diff_with_oracle_bytes_is_withheld(tmp_path: Path):
 
 def test_over_budget_drops_the_oldest_rejected_candidate_after_the_rows_and_the_proposal(tmp_path: Path):
     long = ("the candidate cost about the same as the incumbent on every task " * 3,)
-    prev, incumbent = with_memory(tmp_path, [rejected(1, "step one", reasons=long), rejected(2, "step two", reasons=long),
+    prev, incumbent = with_memory(tmp_path, [rejected(1, "step one", reasons=long),
+                                             rejected(2, "step two", reasons=long),
                                              rejected(4, "step three", reasons=long)])
     full = ev.build_bundle(ev.load_previous(prev, incumbent), guard=guard(), skills=("work",))
     shown = json.loads(full.files["rejected.json"])
@@ -646,8 +651,8 @@ def run_stage(*argv: str) -> tuple[int, str, str]:
 def test_cli_help_documents_every_option():
     code, out, _ = run_stage("--help")
     assert code == 0
-    for text in ("--previous", "[previous/memory]", "rejected.json", "--seed", "--learnings", "learnings.jsonl", "--tasks",
-                 "tasks/tasks.yaml", "--params", "params.yaml", "--out", "results/evidence", "evidence:",
+    for text in ("--previous", "[previous/memory]", "rejected.json", "--seed", "--learnings", "learnings.jsonl",
+                 "--tasks", "tasks/tasks.yaml", "--params", "params.yaml", "--out", "results/evidence", "evidence:",
                  "skills.evolvable", "cold start", "gate/promotion.json", "proposal.md", "Exit 2"):
         assert text in out, text
 
@@ -657,7 +662,8 @@ def test_cli_end_to_end(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     tasks_file = tasks_fixture(tmp_path)
     prev = previous_generation(tmp_path)
     params = tmp_path / "params.yaml"
-    params.write_text("arms: {workflow: {sessions: [{skill: work, prompt: '{prompt}'}]}}\nskills: {evolvable: [work]}\nevidence: {max_rows: 3}\n")
+    params.write_text("arms: {workflow: {sessions: [{skill: work, prompt: '{prompt}'}]}}\n"
+                      "skills: {evolvable: [work]}\nevidence: {max_rows: 3}\n")
     learnings = tmp_path / "learnings.jsonl"
     learnings.write_text('{"skill": "work", "date": null, "task": null, "friction": "f", "suggestion": "s"}\n')
     args = ["--previous", str(prev), "--tasks", str(tasks_file), "--params", str(params),
@@ -691,13 +697,15 @@ def test_cli_end_to_end(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     (tmp_path / "junk" / "keep.txt").write_text("x")
     code, _, err = run_stage(*args[:-1], str(tmp_path / "junk"))
     assert code == 2 and "refusing to replace it" in err
-    params.write_text("arms: {workflow: {sessions: [{skill: work, prompt: '{prompt}'}]}}\nevidence: {max_bundle_bytes: 1024}\nskills: {evolvable: [work]}\n")
+    params.write_text("arms: {workflow: {sessions: [{skill: work, prompt: '{prompt}'}]}}\n"
+                      "evidence: {max_bundle_bytes: 1024}\nskills: {evolvable: [work]}\n")
     learnings.write_text("".join(json.dumps({"skill": "work", "date": None, "task": None, "friction": "f" * 300,
                                              "suggestion": "s"}) + "\n" for _ in range(5)))
     code, _, err = run_stage(*args)
     assert code == 2 and "cannot fit evidence.max_bundle_bytes 1024" in err
     # as dvc.yaml runs it: this generation's incumbent side plus a previous/ holding only its README
-    params.write_text("arms: {workflow: {sessions: [{skill: work, prompt: '{prompt}'}]}}\nskills: {evolvable: [work]}\n")
+    params.write_text("arms: {workflow: {sessions: [{skill: work, prompt: '{prompt}'}]}}\n"
+                      "skills: {evolvable: [work]}\n")
     readme_only = tmp_path / "readme-only"
     readme_only.mkdir()
     (readme_only / "README.md").write_text("# previous/\n")

@@ -73,7 +73,7 @@ def test_a_realistic_family_runs_a_whole_generation_and_apply(tmp_path):
             assert row["skills_loaded"] == [["triage" if row["task"] == BUG_REPORT else "work"]], row["task"]
     checked = 0
     for row in incumbent:
-        for meta, loaded in zip(row["transcripts"], row["skills_loaded"] or []):
+        for meta, loaded in zip(row["transcripts"], row["skills_loaded"] or [], strict=False):
             text = (clone / "results/bench-incumbent" / meta["path"]).read_text()
             assert "Permission denied" not in text
             if loaded == ["work"]:  # the skill's own script ran, executable in the workspace

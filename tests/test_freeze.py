@@ -28,7 +28,8 @@ def repo(tmp_path) -> Path:
     for rel in ("skills", ".claude/skills", "tasks"):
         shutil.copytree(ROOT / rel, repo / rel)
     shutil.copy(ROOT / "params.yaml", repo / "params.yaml")
-    env = {**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t"}
+    env = {**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t",
+           "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t"}
     for cmd in (["init", "-q"], ["add", "-A"], ["commit", "-qm", "base"]):
         subprocess.run(["git", *cmd], cwd=repo, env=env, check=True)
     return repo
@@ -38,7 +39,8 @@ def _overlay(root: Path, text: str | None = None, rel: str = "work/SKILL.md") ->
     ov = root / "overlay"
     (ov / rel).parent.mkdir(parents=True, exist_ok=True)
     if text is None:
-        text = "".join(l for l in (ROOT / "skills/work/SKILL.md").read_text().splitlines(True) if WASTEFUL not in l)
+        text = "".join(line for line in (ROOT / "skills/work/SKILL.md").read_text().splitlines(True)
+                       if WASTEFUL not in line)
     (ov / rel).write_text(text)
     return ov
 
@@ -88,13 +90,17 @@ def _too_many(root: Path) -> Path:
     (_symlink_file, r"work/OTHER.md: is a symlink \(rule: no symlinks\)"),
     (_dotdot_through_dir_symlink, r"overlay/work: is a symlink \(rule: no symlinks\)"),
     (lambda r: _overlay(r, "x\n", rel="review/SKILL.md"), r"review/SKILL.md: skill 'review' is not evolvable"),
-    (lambda r: _overlay(r, "x = 1\n", rel="work/helper.py"), r"work/helper.py: has no incumbent .*propose\.allow: supporting-files"),
+    (lambda r: _overlay(r, "x = 1\n", rel="work/helper.py"),
+     r"work/helper.py: has no incumbent .*propose\.allow: supporting-files"),
     (_too_many, r"more than 16 files .*\(rule: file count\)"),
-    (lambda r: _overlay(r, "x" * (70 << 10)), r"work/SKILL.md: overlay file is \d+ bytes, over the limit of 65536 \(rule: size limit\)"),
+    (lambda r: _overlay(r, "x" * (70 << 10)),
+     r"work/SKILL.md: overlay file is \d+ bytes, over the limit of 65536 \(rule: size limit\)"),
     (lambda r: (r / "overlay").mkdir() or (r / "overlay"), r"the overlay is empty"),
     (lambda r: _overlay(r, (ROOT / "skills/work/SKILL.md").read_text()), r"identical to the incumbent, bytes and mode"),
-    (lambda r: _overlay(r, "---\nname: work\n---\n" + "".join(f"line {i}\n" for i in range(60))), r"over the edit budget of 40"),
-    (lambda r: _overlay(r, (ROOT / "skills/work/SKILL.md").read_text() + "# skillevo-oracle-canary: 1234\n"), r"hidden oracle's canary \(rule: no hidden-oracle content in a skill\)"),
+    (lambda r: _overlay(r, "---\nname: work\n---\n" + "".join(f"line {i}\n" for i in range(60))),
+     r"over the edit budget of 40"),
+    (lambda r: _overlay(r, (ROOT / "skills/work/SKILL.md").read_text() + "# skillevo-oracle-canary: 1234\n"),
+     r"hidden oracle's canary \(rule: no hidden-oracle content in a skill\)"),
     (lambda r: _overlay(r, "x\n", rel="work/NEW.md"), r"work/NEW.md: has no incumbent"),
 ])
 def test_hostile_overlays_are_refused(repo, tmp_path, make, message):
@@ -120,7 +126,8 @@ def test_oracle_line_copied_into_an_overlay_is_refused_in_any_markdown_shape(rep
 
 
 def test_a_bare_canary_token_is_refused(repo, tmp_path):
-    canary = next(l for p in (repo / "tasks/oracles").rglob("*.py") for l in p.read_text().splitlines() if "canary" in l)
+    canary = next(line for p in (repo / "tasks/oracles").rglob("*.py") for line in p.read_text().splitlines()
+                  if "canary" in line)
     token = canary.split()[-1]  # the hex token alone, without the marker
     with pytest.raises(BadInput, match="canary"):
         _freeze(repo, _overlay(tmp_path, (ROOT / "skills/work/SKILL.md").read_text() + f"Remember {token}.\n"))
@@ -140,8 +147,10 @@ def test_destination_drift_or_missing_mirror_is_refused(repo, tmp_path):
 
 def test_a_mirror_that_is_not_a_byte_copy_is_refused(repo, tmp_path):
     (repo / ".claude/skills/work/SKILL.md").write_text("a drifted mirror, committed\n")
-    subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qam", "drift"], cwd=repo, check=True)
-    with pytest.raises(BadInput, match=r"\.claude/skills/work/SKILL.md: is not a copy of skills/work/SKILL.md, bytes and mode"):
+    subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qam", "drift"], cwd=repo,
+                   check=True)
+    with pytest.raises(BadInput,
+                       match=r"\.claude/skills/work/SKILL.md: is not a copy of skills/work/SKILL.md, bytes and mode"):
         _freeze(repo, _overlay(tmp_path))
 
 
@@ -159,7 +168,8 @@ NEW_DESTINATIONS = [f".claude/skills/{NEW}", f"skills/{NEW}"]
 
 def _allow_supporting_files(repo: Path) -> None:
     config.set_value(repo / "params.yaml", "propose", "allow", ["supporting-files"])
-    subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qam", "allow"], cwd=repo, check=True)
+    subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qam", "allow"], cwd=repo,
+                   check=True)
 
 
 def _with_new_file(tmp_path: Path) -> Path:
@@ -214,7 +224,8 @@ def _committed_in_the_mirror_only(repo: Path) -> None:
     (repo / ".claude/skills/work/reference").mkdir()
     (repo / f".claude/skills/{NEW}").write_text("only here\n")
     subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", "add", "-A"], cwd=repo, check=True)
-    subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "mirror"], cwd=repo, check=True)
+    subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "mirror"], cwd=repo,
+                   check=True)
 
 
 def _deleted_but_committed(repo: Path) -> None:
@@ -284,7 +295,7 @@ def test_an_uncommitted_file_in_the_canonical_skill_is_refused_as_part_of_the_fa
 # ------------------------------------------------------------------------- rejected candidates (skillevo.core.memory)
 
 INCUMBENT = (ROOT / "skills/work/SKILL.md").read_text()
-WITHOUT = "".join(l for l in INCUMBENT.splitlines(True) if WASTEFUL not in l)  # the change the gate rejected
+WITHOUT = "".join(line for line in INCUMBENT.splitlines(True) if WASTEFUL not in line)  # the change the gate rejected
 
 
 def _memory(repo: Path, tmp_path: Path, decision: str = "keep_incumbent", text: str = WITHOUT,
@@ -305,25 +316,25 @@ def _memory(repo: Path, tmp_path: Path, decision: str = "keep_incumbent", text: 
 def _lines_edited(text: str, edit) -> str:
     """`text` with `edit` applied to the line after the removed one (the change stays the removal)."""
     lines = text.splitlines(True)
-    i = next(n for n, l in enumerate(lines) if l.startswith("- Read each file"))
+    i = next(n for n, line in enumerate(lines) if line.startswith("- Read each file"))
     lines[i] = edit(lines[i])
     return "".join(lines)
 
 
 EVASIONS = {
     "none": lambda t: t,
-    "an added space": lambda t: _lines_edited(t, lambda l: l.replace("each file", "each  file")),
-    "a trailing space": lambda t: _lines_edited(t, lambda l: l.rstrip("\n") + " \n"),
+    "an added space": lambda t: _lines_edited(t, lambda line: line.replace("each file", "each  file")),
+    "a trailing space": lambda t: _lines_edited(t, lambda line: line.rstrip("\n") + " \n"),
     "a trailing newline": lambda t: t + "\n",
-    "a blank line": lambda t: _lines_edited(t, lambda l: l + "\n"),
+    "a blank line": lambda t: _lines_edited(t, lambda line: line + "\n"),
     "CRLF": lambda t: t.replace("\n", "\r\n"),
-    "a case change": lambda t: _lines_edited(t, lambda l: l.replace("Read each", "READ each")),
-    "a zero-width space": lambda t: _lines_edited(t, lambda l: l.replace("each", "ea\u200bch")),
-    "a no-break space": lambda t: _lines_edited(t, lambda l: l.replace("each file", "each\u00a0file")),
-    "a fullwidth letter": lambda t: _lines_edited(t, lambda l: l.replace("Read", "\uff32ead")),
-    "emphasis": lambda t: _lines_edited(t, lambda l: l.replace("each file", "**each file**")),
-    "another list marker": lambda t: _lines_edited(t, lambda l: "* " + l[2:]),
-    "a trailing period dropped": lambda t: _lines_edited(t, lambda l: l.replace("it.\n", "it\n")),
+    "a case change": lambda t: _lines_edited(t, lambda line: line.replace("Read each", "READ each")),
+    "a zero-width space": lambda t: _lines_edited(t, lambda line: line.replace("each", "ea\u200bch")),
+    "a no-break space": lambda t: _lines_edited(t, lambda line: line.replace("each file", "each\u00a0file")),
+    "a fullwidth letter": lambda t: _lines_edited(t, lambda line: line.replace("Read", "\uff32ead")),
+    "emphasis": lambda t: _lines_edited(t, lambda line: line.replace("each file", "**each file**")),
+    "another list marker": lambda t: _lines_edited(t, lambda line: "* " + line[2:]),
+    "a trailing period dropped": lambda t: _lines_edited(t, lambda line: line.replace("it.\n", "it\n")),
 }
 
 

@@ -36,9 +36,11 @@ VIOLATIONS = {
     "no description": (_header(description=None) + BODY, r"`description` must be a non-empty string"),
     "empty description": (_header(description="  ") + BODY, r"`description` must be a non-empty string"),
     "1,305-character description": (_header(description="d" * 1305) + BODY,
-                                    r"`description` is 1305 characters, over 1024 \(rule: frontmatter description length\)"),
+                                    r"`description` is 1305 characters, over 1024 "
+                                    r"\(rule: frontmatter description length\)"),
     "HTML in the description": (_header(description="Use <b>always</b>") + BODY,
-                                r"`description` contains markup \('<b>'\).*\(rule: frontmatter description has no XML/HTML tags\)"),
+                                r"`description` contains markup \('<b>'\)"
+                                r".*\(rule: frontmatter description has no XML/HTML tags\)"),
     "uppercase name": (_header(name="Work") + BODY, r"`name` 'Work' must be lowercase .*\(rule: frontmatter name\)"),
     "double hyphen": (_header(name="wo--rk") + BODY, r"\(rule: frontmatter name\)"),
     "65-character name": (_header(name="w" * 65) + BODY, r"`name` is 65 characters, over 64"),
@@ -48,7 +50,8 @@ VIOLATIONS = {
     "unknown key": (_header(owner="me") + BODY, r"unknown frontmatter key\(s\) \['owner'\]"),
     "metadata not strings": (_header(metadata={"version": 2}) + BODY, r"`metadata` must map strings to strings"),
     "allowed-tools added": (_header(**{"allowed-tools": "Bash(*)"}) + BODY,
-                            r"overlay/work: changes privileged frontmatter key\(s\) \['allowed-tools'\].*\(rule: privileged keys\)"),
+                            r"overlay/work: changes privileged frontmatter key\(s\) \['allowed-tools'\]"
+                            r".*\(rule: privileged keys\)"),
     "model added": (_header(model="claude-opus-4-6") + BODY, r"privileged frontmatter key\(s\) \['model'\]"),
     "hooks added": (_header(hooks={"PreToolUse": []}) + BODY, r"privileged frontmatter key\(s\) \['hooks'\]"),
 }
@@ -88,11 +91,13 @@ def test_extra_keys_are_refused_until_params_name_them(repo, tmp_path):  # noqa:
     with pytest.raises(BadInput, match=r"unknown frontmatter key\(s\) \['owner'\]"):
         _freeze(repo, _overlay(tmp_path, text))
     config.set_value(repo / "params.yaml", "skills", "frontmatter_keys", ["owner"])
-    assert "work: added `owner`: 'platform-team'" in _freeze(repo, _overlay(tmp_path / "again", text))["frontmatter_changes"]
+    assert ("work: added `owner`: 'platform-team'"
+            in _freeze(repo, _overlay(tmp_path / "again", text))["frontmatter_changes"])
 
 
 def test_the_bench_refuses_a_family_whose_header_is_broken(repo):  # noqa: F811
-    (repo / "skills/plan/SKILL.md").write_text((ROOT / "skills/plan/SKILL.md").read_text().replace("name: plan", "name: Plan"))
+    (repo / "skills/plan/SKILL.md").write_text(
+        (ROOT / "skills/plan/SKILL.md").read_text().replace("name: plan", "name: Plan"))
     with pytest.raises(BadInput, match=r"skills/plan/SKILL\.md: `name` 'Plan' must be lowercase"):
         plan("incumbent", repo / "tasks/tasks.yaml", repo / "skills", None, config.load(repo / "params.yaml"))
 

@@ -166,7 +166,8 @@ def test_improvement_is_rounded_to_one_decimal_and_undefined_without_scale():
 RULES = {
     "missing arm": (
         {("t1", INCUMBENT): paired("t1", {}, {})[("t1", INCUMBENT)]},
-        {}, "insufficient_evidence", "t1: both workflow and candidate_workflow are required, candidate_workflow has no results",
+        {}, "insufficient_evidence",
+        "t1: both workflow and candidate_workflow are required, candidate_workflow has no results",
     ),
     "too few valid runs": (
         paired("t1", {"valid": 2}, {"valid": 2, "cost": 0.5}),
@@ -243,17 +244,21 @@ RULES = {
     "evidence base too thin": (
         {**paired("t1", {"resolved": 0}, {"resolved": 0}), **paired("t2", {"resolved": 0}, {"resolved": 0}),
          **good("t3", 0.5)},
-        {}, "insufficient_evidence", "promotion evidence base is too thin: 1/3 paired tasks gated (at least 50% required)",
+        {}, "insufficient_evidence",
+        "promotion evidence base is too thin: 1/3 paired tasks gated (at least 50% required)",
     ),
     "min_gated_task_ratio is a param": (
         {**paired("t1", {"resolved": 0}, {"resolved": 0}), **paired("t2", {"resolved": 0}, {"resolved": 0}),
          **good("t3", 0.5)},
         {"min_gated_task_ratio": 0.3}, "promote", "median cost_usd improvement over 1 gated task(s) is 50.0%",
     ),
-    "no paired tasks": ({}, {}, "insufficient_evidence", "no paired task results were found for workflow and candidate_workflow"),
+    "no paired tasks": (
+        {}, {}, "insufficient_evidence", "no paired task results were found for workflow and candidate_workflow",
+    ),
     "resolution margin promotes despite a dearer candidate": (
         {**paired("t1", {"resolved": 1}, {"cost": 1.1}), **good("t2", 1.0)},
-        {}, "promote", "candidate improves total task resolution by 2 runs (at least 2 required) with no task regression",
+        {}, "promote",
+        "candidate improves total task resolution by 2 runs (at least 2 required) with no task regression",
     ),
     "resolution margin cannot outvote a task regression": (
         {**paired("t1", {"resolved": 1}, {"cost": 1.3}), **good("t2", 1.0)},
@@ -262,7 +267,8 @@ RULES = {
     "margin of one is noise; efficiency decides": (
         {**paired("t1", {"resolved": 2}, {"cost": 1.0}), **good("t2", 1.0)},
         {}, "keep_incumbent",
-        "total resolution improved by only 1 run(s), within the noise floor (2 required); deciding on efficiency instead",
+        "total resolution improved by only 1 run(s), within the noise floor (2 required); "
+        "deciding on efficiency instead",
     ),
     "resolution_margin is a param": (
         {**paired("t1", {"resolved": 2}, {"cost": 1.0}), **good("t2", 1.0)},
@@ -278,7 +284,8 @@ RULES = {
     ),
     "min_improvement_pct is a param": (
         {**good("t1", 0.9), **good("t2", 0.97), **good("t3", 1.1)},
-        {"min_improvement_pct": 3}, "promote", "median cost_usd improvement over 3 gated task(s) is 3.0% (required 3.0%)",
+        {"min_improvement_pct": 3}, "promote",
+        "median cost_usd improvement over 3 gated task(s) is 3.0% (required 3.0%)",
     ),
     "insufficient evidence outranks a regression": (
         {**paired("t1", {}, {"resolved": 2, "excluded": 1}), **good("t2")},
@@ -319,7 +326,8 @@ def test_task_rows_carry_the_evidence():
     assert seed["resolution_margin"] == 5
 
 
-@pytest.mark.parametrize("metric, warned", [("cost_usd", False), ("duration_s", False), ("num_turns", True), ("output_tokens", True)])
+@pytest.mark.parametrize("metric, warned", [("cost_usd", False), ("duration_s", False), ("num_turns", True),
+                                            ("output_tokens", True)])
 def test_main_loop_only_metrics_carry_a_warning(metric, warned):
     decision = decide_one(good("t1"), Policy.from_dict({"policy": "seed", "metric": metric}))
     assert decision["metric"] == metric
@@ -350,5 +358,7 @@ def test_the_gated_ratio_is_met_exactly_at_the_threshold():
     for i in range(7):
         aggregates.update(good(f"g{i}", 0.5))
     # 7 of 25 gated meets 0.28, although 0.28 * 25 is 7.000000000000001 in floating point.
-    assert decide_one(aggregates, Policy.from_dict({"policy": "seed", "min_gated_task_ratio": 0.28}))["decision"] == "promote"
-    assert decide_one(aggregates, Policy.from_dict({"policy": "seed", "min_gated_task_ratio": 0.29}))["decision"] == "insufficient_evidence"
+    assert (decide_one(aggregates, Policy.from_dict({"policy": "seed", "min_gated_task_ratio": 0.28}))["decision"]
+            == "promote")
+    assert (decide_one(aggregates, Policy.from_dict({"policy": "seed", "min_gated_task_ratio": 0.29}))["decision"]
+            == "insufficient_evidence")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import copy
 import json
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -33,7 +33,7 @@ from tests.gate_rows import (
     sides,
 )
 
-NOW = datetime(2025, 3, 1, 12, 0, tzinfo=timezone.utc)
+NOW = datetime(2025, 3, 1, 12, 0, tzinfo=UTC)
 LATER = NOW + timedelta(days=1)
 # Three tasks of three runs: the bound on a resolution drop needs a margin this wide, and fewer runs than the heavy-tail
 # minimum (both tested in tests/test_gate_stratified.py).
@@ -171,14 +171,17 @@ def _remove_task(p):
 
 # name: (tamper on the stored promotion, fragment the refusal must name)
 TAMPERS = {
-    "a sample edited": (_set(["decisions", 0, "tasks", 0, "candidate", "samples", 0, "cost_usd"], 0.5), "decisions[0]."),
+    "a sample edited": (_set(["decisions", 0, "tasks", 0, "candidate", "samples", 0, "cost_usd"], 0.5),
+                        "decisions[0]."),
     "embedded median edited": (_set(["decisions", 0, "tasks", 1, "candidate", "cost_usd"], 1.0),
                                "decisions[0].tasks[1].candidate.cost_usd: is not the median of its samples"),
-    "estimate edited": (_set(["decisions", 0, "estimate", "improvement_pct"], 25.0), "decisions[0].estimate.improvement_pct"),
+    "estimate edited": (_set(["decisions", 0, "estimate", "improvement_pct"], 25.0),
+                        "decisions[0].estimate.improvement_pct"),
     "reason edited": (_set(["decisions", 0, "reasons", 0], "trust me"), "decisions[0].reasons[0]"),
     "task removed": (_remove_task, "decisions[0].tasks"),
     "extra top-level field": (_set(["note"], "x"), "'note' was unexpected"),
-    "extra nested field": (_set(["decisions", 0, "tasks", 0, "incumbent", "bonus"], 1), "$.decisions[0].tasks[0].incumbent"),
+    "extra nested field": (_set(["decisions", 0, "tasks", 0, "incumbent", "bonus"], 1),
+                           "$.decisions[0].tasks[0].incumbent"),
     "expiry pushed out": (_shift("evidence_expires_at", 30), "evidence_expires_at"),
     "expiry before generation": (_shift("evidence_expires_at", -91), "evidence_expires_at"),
     "generated in the future": (_shift("generated_at", 3), "generated_at"),
@@ -191,8 +194,10 @@ TAMPERS = {
     "task binding changed": (_set(["task_bindings", 0, "verify_sha256"], "c" * 64), "task_bindings[0].verify_sha256"),
     "backend changed": (_set(["backend", "simulated"], False), "backend.simulated"),
     "arm renamed": (_set(["decisions", 0, "incumbent_arm"], "direct"), "decisions[0].incumbent_arm"),
-    "impossible aggregate": (_set(["decisions", 0, "tasks", 0, "candidate", "resolved"], 4), "decisions[0].tasks[0].candidate.resolved"),
-    "runs do not add up": (_set(["decisions", 0, "tasks", 0, "incumbent", "runs"], 5), "decisions[0].tasks[0].incumbent.runs"),
+    "impossible aggregate": (_set(["decisions", 0, "tasks", 0, "candidate", "resolved"], 4),
+                             "decisions[0].tasks[0].candidate.resolved"),
+    "runs do not add up": (_set(["decisions", 0, "tasks", 0, "incumbent", "runs"], 5),
+                           "decisions[0].tasks[0].incumbent.runs"),
     "schema version": (_set(["schema_version"], 2), "$.schema_version"),
 }
 

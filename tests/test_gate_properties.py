@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from fractions import Fraction
 
 from hypothesis import given, settings
@@ -14,7 +14,7 @@ from skillevo.core.results import EXCLUDED_ERROR_KINDS, aggregate
 from skillevo.gate import build_promotion, decide_arm, recompute_decisions
 from tests.gate_rows import CANDIDATE, INCUMBENT, freeze, row, sides
 
-NOW = datetime(2025, 3, 1, tzinfo=timezone.utc)
+NOW = datetime(2025, 3, 1, tzinfo=UTC)
 PROPERTY = settings(max_examples=150, deadline=None, derandomize=True, database=None)
 # Half the benches are clean (every run resolved and measured), so promotions are common enough to bite.
 KINDS = [None] * 6 + ["verify-failed", "oracle-failed", "skill-not-invoked", "session-error", "cancelled"]
@@ -39,7 +39,8 @@ def benches(draw):
     return rows
 
 
-SEED, STRATIFIED = Policy.from_dict({"policy": "seed"}), Policy.from_dict({"max_resolution_drop_pct": 60, "min_total_runs": 1})
+SEED, STRATIFIED = (Policy.from_dict({"policy": "seed"}),
+                    Policy.from_dict({"max_resolution_drop_pct": 60, "min_total_runs": 1}))
 POLICIES = st.sampled_from([SEED, STRATIFIED])  # a wide margin: these benches are small, promotions must happen
 
 
@@ -83,7 +84,8 @@ def test_never_promote_with_an_excluded_run_in_a_gated_task(rows, data, kind):
     victim.update(error_kind=kind, resolved=False)
     decision = decide_rows(rows)
     row_of_task = next((t for t in decision["tasks"] if t["task"] == victim["task"]), None)
-    assert row_of_task is not None and row_of_task["seed"]["gated"], "a task with an excluded run is never fully measured"
+    assert row_of_task is not None and row_of_task["seed"]["gated"], \
+        "a task with an excluded run is never fully measured"
     assert decision["decision"] != "promote"
 
 

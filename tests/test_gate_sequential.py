@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import copy
 import json
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -22,7 +22,7 @@ from skillevo.gate.looks import binding as looks_binding
 from skillevo.gate.report import render_report
 from tests.gate_rows import CANDIDATE, INCUMBENT, bench, controls, freeze, runs, sides, write_side
 
-NOW = datetime(2025, 3, 1, 12, 0, tzinfo=timezone.utc)
+NOW = datetime(2025, 3, 1, 12, 0, tzinfo=UTC)
 MODEL = "skillevo-sim-1"
 WIDE = Policy.from_dict({"max_resolution_drop_pct": 90, "min_total_runs": 1})  # few runs: let the cost test decide
 TASKS = ("t1", "t2", "t3")

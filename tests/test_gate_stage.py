@@ -122,7 +122,8 @@ def test_a_kept_incumbent_still_exits_zero(tmp_path: Path, capsys):
 
 
 def test_a_main_loop_metric_warns_on_stderr(tmp_path: Path, capsys):
-    assert stage.main(setup_inputs(tmp_path, params="gate:\n  metric: output_tokens\n  max_resolution_drop_pct: 50\n")) == 0
+    assert stage.main(setup_inputs(tmp_path,
+                                   params="gate:\n  metric: output_tokens\n  max_resolution_drop_pct: 50\n")) == 0
     assert "warning: metric output_tokens" in capsys.readouterr().err
 
 
@@ -136,7 +137,8 @@ def _bad_row_cases():
     without_cost = {k: v for k, v in good[1].items() if k != "cost_usd"}
     return {
         "negative run": (second(run=0), 2, r"\$\.run: 0 is less than the minimum of 1 \(rule: minimum\)"),
-        "missing field": ([good[0], without_cost, *good[2:]], 2, r"'cost_usd' is a required property \(rule: required\)"),
+        "missing field": ([good[0], without_cost, *good[2:]], 2,
+                          r"'cost_usd' is a required property \(rule: required\)"),
         "unknown error kind": (second(error_kind="timeout"), 2, r"\$\.error_kind.*\(rule: enum\)"),
         "undeclared arm": (
             good + [row("t1", "candidate_direct", 1)], 7,
@@ -178,11 +180,13 @@ def test_unparseable_lines_are_named(tmp_path: Path, capsys, text, message):
     "change, message",
     [
         (lambda b: b.update(side="incumbent"), r"cand/bench\.json: \$\.side: is 'incumbent', expected 'candidate'"),
-        (lambda b: b["arms"][1].update(name="workflow_v2"), r"must be named 'candidate_workflow'.*\(rule: arm naming\)"),
+        (lambda b: b["arms"][1].update(name="workflow_v2"),
+         r"must be named 'candidate_workflow'.*\(rule: arm naming\)"),
         (lambda b: b["arms"].pop(0), r"\(rule: contemporaneous controls\)"),
         (lambda b: b.update(controls=None), r"\(rule: contemporaneous controls\)"),
         (lambda b: b.update(overlay_digest=None), r"\$\.overlay_digest.*\(rule: overlay_digest\)"),
-        (lambda b: b.update(effort="high"), r"\$\.effort differ \(rule: both sides are benchmarked with identical effort\)"),
+        (lambda b: b.update(effort="high"),
+         r"\$\.effort differ \(rule: both sides are benchmarked with identical effort\)"),
         (lambda b: b["task_bindings"].pop(), r"\$\.task_bindings differ"),
         (lambda b: b.pop("model"), r"'model' is a required property"),
     ],

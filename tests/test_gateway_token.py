@@ -73,7 +73,8 @@ def test_resolve_reads_the_token_for_a_real_backend(monkeypatch):
 def test_a_real_backend_without_a_credential_is_refused(monkeypatch, backend):
     for name in models.CREDENTIAL_ENVS:
         monkeypatch.setenv(name, "")  # set but empty counts as unset
-    model = params(model={"backend": backend, "base_url": "http://127.0.0.1:9" if backend == "endpoint" else None}).model
+    model = params(model={"backend": backend,
+                          "base_url": "http://127.0.0.1:9" if backend == "endpoint" else None}).model
     with pytest.raises(BrokenEnvironment) as e:
         models.resolve(model, None)
     assert e.value.exit_code == 69
@@ -90,7 +91,8 @@ def test_the_secret_is_in_no_repr():
 
 def test_the_token_value_is_redacted_like_the_key():
     assert env_secrets({AUTH_TOKEN_ENV: TOKEN, API_KEY_ENV: ""}) == (TOKEN,)
-    assert redact_text(f"token {TOKEN} in a line", env_secrets({AUTH_TOKEN_ENV: TOKEN})) == f"token {REDACTED} in a line"
+    assert (redact_text(f"token {TOKEN} in a line", env_secrets({AUTH_TOKEN_ENV: TOKEN}))
+            == f"token {REDACTED} in a line")
     assert redact_text(f"authorization: Bearer {TOKEN}") == f"authorization: {REDACTED}"  # by pattern, unknown
     assert redact_obj({"ANTHROPIC_AUTH_TOKEN": TOKEN, "note": TOKEN}, (TOKEN,)) == {
         "ANTHROPIC_AUTH_TOKEN": REDACTED, "note": REDACTED}

@@ -12,7 +12,8 @@ START = "2026-12-01T10:00:00+00:00"
 
 
 def _row(run: int, recorded_at: str, cost: float, sessions: int = 1) -> dict:
-    return {"run": run, "recorded_at": recorded_at, "cost_usd": cost, "session_ids": [f"s{run}-{i}" for i in range(sessions)]}
+    return {"run": run, "recorded_at": recorded_at, "cost_usd": cost,
+            "session_ids": [f"s{run}-{i}" for i in range(sessions)]}
 
 
 def _results(root: Path, incumbent: list[dict], candidate: list[dict], improvement: float, decision: str) -> Path:
@@ -43,8 +44,8 @@ def test_rows_recorded_before_the_generation_started_were_served_not_paid(tmp_pa
     assert meta["ledger"]["proposer"]["paid"] == {"cost_usd": 0.5, "sessions": 1}
     report = generations.report(archive)
     assert "| 1 | candidate_auto=promote | 12.0% (10.0% to 14.0%) | 1.3000 (2) | 2.5000 (4) | reused |" in report
-    assert "in all: paid $1.3000 for 2 sessions; served by the run-cache and the cell store $2.5000 (4 sessions); $0.1083 per promoted " \
-           "percentage point" in report
+    assert "in all: paid $1.3000 for 2 sessions; served by the run-cache and the cell store $2.5000 (4 sessions); " \
+           "$0.1083 per promoted percentage point" in report
     assert "simulated:" in report
 
 
@@ -64,7 +65,7 @@ def _archived(archive: Path, n: int, family: dict[str, bytes], digest: str, drop
     from skillevo.core import layout
 
     gen = archive / f"gen-{n:03d}"
-    text = b"".join(l for l in family["work/SKILL.md"].splitlines(True) if drop.encode() not in l)
+    text = b"".join(line for line in family["work/SKILL.md"].splitlines(True) if drop.encode() not in line)
     (gen / "freeze/overlay/work").mkdir(parents=True)
     (gen / "freeze/overlay/work/SKILL.md").write_bytes(text)
     overlay_digest = layout.tree_digest({"work/SKILL.md": text})
@@ -75,7 +76,7 @@ def _archived(archive: Path, n: int, family: dict[str, bytes], digest: str, drop
     (gen / "gate").mkdir()
     (gen / "gate/promotion.json").write_text(json.dumps({"overlay_digest": overlay_digest, "decisions": [
         {"candidate_arm": f"candidate_{arm}", "decision": d, "reasons": [f"gen {n} {arm}"]}
-        for arm, d in zip(("auto", "workflow"), decisions)]}))
+        for arm, d in zip(("auto", "workflow"), decisions, strict=True)]}))
     (gen / "proposal").mkdir()
     (gen / "proposal/proposal.md").write_text(f"Instruction removed: {drop}\n")
     return gen
@@ -108,13 +109,14 @@ def test_hand_on_rebuilds_the_memory_of_every_rejected_candidate_of_this_incumbe
     assert [[d["decision"] for d in e["decisions"]] for e in entries] == [
         ["promote", "keep_incumbent"], ["insufficient_evidence", "insufficient_evidence"],
         ["keep_incumbent", "insufficient_evidence"]]
-    assert [l for l in entries[2]["diff"].splitlines() if l.startswith("-- ")] == [
-        next(f"-{l}" for l in family["work/SKILL.md"].decode().splitlines() if "Read every module" in l)]
+    assert [line for line in entries[2]["diff"].splitlines() if line.startswith("-- ")] == [
+        next(f"-{line}" for line in family["work/SKILL.md"].decode().splitlines() if "Read every module" in line)]
     assert [memory.futile(e) for e in entries] == [True, False, True]
     # the newest rejected generation's side, verdict and proposal, as before
     assert (previous / "memory/bench-candidate/results.jsonl").read_text() == '{"generation": 5}\n'
     assert (previous / "memory/proposal.md").read_text() == "Instruction removed: Make the smallest\n"
-    assert json.loads((previous / "memory/gate/promotion.json").read_text())["decisions"][0]["reasons"] == ["gen 5 auto"]
+    assert json.loads((previous / "memory/gate/promotion.json").read_text())["decisions"][0]["reasons"] == [
+        "gen 5 auto"]
     before = {p: p.read_bytes() for p in previous.rglob("*") if p.is_file()}
     assert generations.hand_on(archive, previous) is True  # a function of the archive and the skills: no change
     assert {p: p.read_bytes() for p in previous.rglob("*") if p.is_file()} == before

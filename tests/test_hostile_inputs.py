@@ -341,7 +341,8 @@ def test_the_unbroken_world_passes_every_stage(world: World, stage):
 
 # One case per stage also runs as a program: its exit code and stderr as `dvc repro` sees them. The rest call the
 # stage's main() in this process (the library is the subject; a process each cost ~2 s, 100 times).
-AS_PROGRAM = frozenset(min(n for n, case in CASES.items() if case[0] is stage) for stage in (gate, freeze, evidence, apply))
+AS_PROGRAM = frozenset(min(n for n, case in CASES.items() if case[0] is stage)
+                       for stage in (gate, freeze, evidence, apply))
 
 
 def _refusal(argv: list[str], name: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch

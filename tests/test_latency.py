@@ -11,7 +11,6 @@ import http.client
 import json
 import threading
 import time
-from pathlib import Path
 
 import pytest
 

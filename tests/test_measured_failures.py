@@ -91,7 +91,7 @@ def _run(root: Path, names: list[str], mode: str = "normal", timeout_s: int | No
         cells = build_cells(side, params.bench, model, scratch)
         with ThreadPoolExecutor(4) as pool:
             results = dict(zip([c.task.id for c in cells], pool.map(lambda c: run_cell(c, credential=credential),
-                                                                    cells)))
+                                                                    cells), strict=True))
     left = [p.name for p in scratch.iterdir() if p.name not in ("templates", "trees")]  # build_cells' own
     assert not left, left  # every cell's directory was removed, whatever its agent left in it
     assert not session_processes()

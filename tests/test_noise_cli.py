@@ -42,7 +42,7 @@ def test_realistic_noise_repeats_a_cell_exactly_and_varies_between_runs(tmp_path
     for task in ("textstats-unique-words", "ledger-discount-tax"):
         costs = [r["cost_usd"] for r in first if r["task"] == task]
         assert len(set(costs)) == 3, costs  # three runs of one cell: three different costs
-    assert sum(a["cost_usd"] != b["cost_usd"] for a, b in zip(first, replicate)) >= 5  # a fresh replicate
+    assert sum(a["cost_usd"] != b["cost_usd"] for a, b in zip(first, replicate, strict=True)) >= 5  # a fresh replicate
     for row in first:
         assert row["cache_read_input_tokens"] > row["cache_creation_input_tokens"] > row["input_tokens"] > 0
     side = load_side(tmp_path / "a", "incumbent")  # what the gate reads: every row's numbers are its transcripts'

@@ -95,7 +95,8 @@ def test_make_plots_writes_a_page_that_renders_without_a_network(demo):
     modules = next((ROOT / ".tools").glob("vega-*/node_modules"))
     js = ("const vl=require('vega-lite'),vega=require('vega');new vega.View(vega.parse(vl.compile("
           "JSON.parse(process.argv[1])).spec),{renderer:'none'}).toSVG().then(s=>process.stdout.write(s))")
-    svg = subprocess.run(["node", "-e", js, json.dumps(spec)], env={"NODE_PATH": str(modules), "PATH": os.environ["PATH"]},
+    svg = subprocess.run(["node", "-e", js, json.dumps(spec)],
+                         env={"NODE_PATH": str(modules), "PATH": os.environ["PATH"]},
                          capture_output=True, text=True, check=True).stdout
     for row in spec["data"]["values"]:
         assert row["label"] in svg
@@ -307,7 +308,7 @@ def test_apply_refuses_results_forged_after_repro_even_with_the_gate_rerun_on_th
 
 
 def _removed(proposal: Path) -> str:
-    return next(l for l in proposal.read_text().splitlines() if l.startswith("Instruction removed: "))
+    return next(line for line in proposal.read_text().splitlines() if line.startswith("Instruction removed: "))
 
 
 def test_evolve_hands_every_rejection_on_leaves_dvc_clean_and_a_teammate_reproduces_it_exactly(tmp_path):
@@ -315,7 +316,8 @@ def test_evolve_hands_every_rejection_on_leaves_dvc_clean_and_a_teammate_reprodu
     the evidence shows every earlier rejection, nothing is left for `dvc status` or `make demo`, and a teammate's
     `dvc repro --pull` on a fresh clone runs nothing and leaves dvc.lock byte for byte as committed."""
     clone = clone_of_worktree(tmp_path / "clone")
-    better = "".join(l for l in (clone / "skills/work/SKILL.md").read_text().splitlines(True) if WASTEFUL not in l)
+    better = "".join(line for line in (clone / "skills/work/SKILL.md").read_text().splitlines(True)
+                     if WASTEFUL not in line)
     for rel in ("skills/work/SKILL.md", ".claude/skills/work/SKILL.md"):  # an incumbent the simulator cannot improve
         (clone / rel).write_text(better)
     doc = yaml.safe_load((clone / "params.yaml").read_text())
@@ -342,7 +344,8 @@ def test_evolve_hands_every_rejection_on_leaves_dvc_clean_and_a_teammate_reprodu
     assert any(f["path"] == "prior-proposal.md" for f in manifest["files"])
     handed = json.loads((clone / "previous/memory/rejected.json").read_text())["candidates"]
     assert [c["generation"] for c in handed] == [2, 1]  # what generation 3 read; it hands itself on next time
-    assert all(f"-{r.removeprefix('Instruction removed: ')}" in c["diff"] for r, c in zip(removed[1::-1], handed))
+    assert all(f"-{r.removeprefix('Instruction removed: ')}" in c["diff"]
+               for r, c in zip(removed[1::-1], handed, strict=True))
     for later in out.split("== generation ")[2:]:
         assert "bench@incumbent" not in ran(later)
     report = make(clone, "report")
@@ -372,7 +375,8 @@ def test_evolve_hands_every_rejection_on_leaves_dvc_clean_and_a_teammate_reprodu
     assert sorted(p.name for p in (teammate / "generations").iterdir()) == ["gen-001", "gen-002", "gen-003"]
     assert (teammate / "previous/memory/rejected.json").read_bytes() == \
         (clone / "previous/memory/rejected.json").read_bytes()
-    assert (teammate / "results/gate/promotion.json").read_bytes() == (clone / "results/gate/promotion.json").read_bytes()
+    assert (teammate / "results/gate/promotion.json").read_bytes() == \
+        (clone / "results/gate/promotion.json").read_bytes()
     shutil.rmtree(clone / "results")
 
 
@@ -415,7 +419,8 @@ def test_a_null_candidate_under_realistic_noise_is_not_promoted_and_rows_follow_
     from scipy.stats import binom
 
     clone = clone_of_worktree(tmp_path / "clone")
-    better = "".join(l for l in (clone / "skills/work/SKILL.md").read_text().splitlines(True) if WASTEFUL not in l)
+    better = "".join(line for line in (clone / "skills/work/SKILL.md").read_text().splitlines(True)
+                     if WASTEFUL not in line)
     for rel in ("skills/work/SKILL.md", ".claude/skills/work/SKILL.md"):
         (clone / rel).write_text(better)
     config.set_value(clone / "params.yaml", "simulator", "noise", "realistic")

@@ -51,7 +51,7 @@ def test_evidence_propose_freeze_removes_the_wasteful_instruction(evidence, tmp_
     assert record["ok"] and record["overlay_files"] == ["work/SKILL.md"] and record["changed_lines"] == 1
     incumbent = (ROOT / "skills/work/SKILL.md").read_text().splitlines(True)
     proposed = (tmp_path / "proposal/overlay/work/SKILL.md").read_text()
-    assert proposed == "".join(l for l in incumbent if WASTEFUL not in l)
+    assert proposed == "".join(line for line in incumbent if WASTEFUL not in line)
     text = (tmp_path / "proposal/proposal.md").read_text()
     cited = re.findall(r"([a-z-]+)/(auto|baseline|workflow)/run(\d+)", text)
     real = {(r["task"], r["arm"], str(r["run"])) for r in rows}
@@ -90,7 +90,8 @@ def test_prior_rejected_proposal_is_not_proposed_again(evidence, tmp_path):
     (root / "evidence/prior-proposal.md").write_text((first / "proposal.md").read_text())
     second = tmp_path / "second"
     _propose(root, "proposer", second)
-    removed = [next(l for l in (d / "proposal.md").read_text().splitlines() if l.startswith("Instruction removed: "))
+    removed = [next(line for line in (d / "proposal.md").read_text().splitlines()
+                    if line.startswith("Instruction removed: "))
                for d in (first, second)]
     assert WASTEFUL in removed[0] and WASTEFUL not in removed[1]
     for f in (second / "overlay").rglob("SKILL.md"):
@@ -184,10 +185,10 @@ def test_every_rejected_candidate_reaches_the_simulated_proposer_and_none_comes_
         shown = json.loads((root / "evidence/rejected.json").read_text())
         assert [e["generation"] for e in shown] == list(range(gen - 1, 0, -1))
         _propose(root, "proposer", root / "proposal")
-        line = next(l for l in (root / "proposal/proposal.md").read_text().splitlines()
-                    if l.startswith("Instruction removed: "))
-        assert line not in removed, (gen, line)
-        removed.append(line)
+        removal = next(line for line in (root / "proposal/proposal.md").read_text().splitlines()
+                       if line.startswith("Instruction removed: "))
+        assert removal not in removed, (gen, removal)
+        removed.append(removal)
         files = safefs.read_tree(root / "proposal/overlay", max_file_bytes=1 << 20, max_total_bytes=1 << 20)
         verdict = "insufficient_evidence" if gen == 2 else "keep_incumbent"  # the proposer avoids both kinds
         entries.append(memory.entry(gen, digest, family, executables, files, set(),

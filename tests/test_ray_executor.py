@@ -105,7 +105,7 @@ class SocketWatch(threading.Thread):
         while not self.stop.wait(0.5):
             self.check()
 
-    def __enter__(self) -> "SocketWatch":
+    def __enter__(self) -> SocketWatch:
         self.start()
         return self
 
@@ -134,7 +134,7 @@ class Killer(threading.Thread):
                         self.killed.append(pid)
                         return
 
-    def __enter__(self) -> "Killer":
+    def __enter__(self) -> Killer:
         self.start()
         return self
 
@@ -322,7 +322,7 @@ def test_demo_side_on_ray_equals_the_local_executor(cluster, demo_incumbent, tmp
     assert [_comparable(r) for r in rows] == [_comparable(r) for r in local_rows]
     assert _rows(out) == rows
     assert _shape(out, rows) == _shape(local_out, local_rows)
-    for row, local in zip(rows, local_rows):
+    for row, local in zip(rows, local_rows, strict=True):
         assert (out / row["patch"]["path"]).read_bytes() == (local_out / local["patch"]["path"]).read_bytes()
         for art in row["transcripts"]:
             assert sha256_bytes((out / art["path"]).read_bytes()) == art["sha256"]

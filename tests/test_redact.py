@@ -11,7 +11,8 @@ def test_patterns_and_literals_are_redacted():
 
 
 def test_structured_values_are_redacted_by_key_name():
-    obj = {"headers": {"x-api-key": "anything", "Cookie": "c=1"}, "usage": {"input_tokens": 5}, "list": ["sk-ant-xxxxxxxxxxxx"]}
+    obj = {"headers": {"x-api-key": "anything", "Cookie": "c=1"}, "usage": {"input_tokens": 5},
+           "list": ["sk-ant-xxxxxxxxxxxx"]}
     out = redact_obj(obj)
     assert out["headers"] == {"x-api-key": REDACTED, "Cookie": REDACTED}
     assert out["usage"] == {"input_tokens": 5}

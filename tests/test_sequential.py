@@ -42,7 +42,7 @@ def test_the_recursion_reproduces_published_obrien_fleming_spending_boundaries()
     # Lan-DeMets O'Brien-Fleming spending, 5 equally spaced looks, one-sided 0.025: gsDesign's sfLDOF bounds
     fractions = [0.2, 0.4, 0.6, 0.8, 1.0]
     cumulative = [stats.spent(t, 0.025) for t in fractions]
-    increments = [b - a for a, b in zip([0.0, *cumulative], cumulative)]
+    increments = [b - a for a, b in zip([0.0, *cumulative], cumulative, strict=False)]
     published = [4.8769, 3.3569, 2.6803, 2.2898, 2.0310]
     assert _boundaries(fractions, increments) == pytest.approx(published, abs=2e-4)
 
@@ -70,7 +70,7 @@ def test_three_looks_spend_exactly_alpha_by_simulation():
         # the looks' statistics built from runs, not from the canonical law: shared incumbent, growing candidate
         inc = sum(rng.gauss(0, 1) for _ in range(looks[-1])) / looks[-1]
         total, previous, crossed = 0.0, 0, False
-        for runs_, c in zip(looks, crit):
+        for runs_, c in zip(looks, crit, strict=True):
             total += sum(rng.gauss(0, 1) for _ in range(runs_ - previous))
             previous = runs_
             z = (inc - total / runs_) / math.sqrt(1 / runs_ + 1 / looks[-1])
@@ -87,7 +87,7 @@ def test_bonferroni_levels_sum_to_alpha_and_the_exact_ones_are_never_stricter(lo
     assert sum(bonferroni) == pytest.approx(alpha, rel=1e-9)
     assert all(level >= 0 for level in bonferroni)
     # P(Z_j >= c_j) >= P(the first crossing is at j) = the alpha spent at j
-    assert all(e >= b - 1e-9 for e, b in zip(exact, bonferroni))
+    assert all(e >= b - 1e-9 for e, b in zip(exact, bonferroni, strict=True))
     assert all(e <= alpha + 1e-12 for e in exact)
 
 

@@ -304,7 +304,8 @@ def test_a_spread_widens_the_spread_of_prose_and_extra_calls_and_keeps_their_mea
         len(wide))
     # the same normal draw, stretched: a verbose session gets more verbose
     assert all((math.log(w.verbosity) + sigma ** 2 / 2) * REALISTIC.verbosity_sigma == pytest.approx(
-        (math.log(s.verbosity) + REALISTIC.verbosity_sigma ** 2 / 2) * sigma) for s, w in zip(sessions[:50], wide))
+        (math.log(s.verbosity) + REALISTIC.verbosity_sigma ** 2 / 2) * sigma)
+        for s, w in zip(sessions[:50], wide, strict=False))
     calls = [w.extra_calls for w in wide]
     assert abs(statistics.fmean(calls) - lam) < Z * 2 * math.sqrt(lam / len(calls))
     assert abs(statistics.pstdev(calls) / math.sqrt(lam) - 2) < 0.15  # sd twice the Poisson's

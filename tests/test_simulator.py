@@ -80,12 +80,15 @@ def test_skill_text_steers_the_steps(book):
 def test_conversation_reads_loaded_skill_text():
     body = _first_request()
     body["messages"] += [
-        {"role": "assistant", "content": [{"type": "tool_use", "id": "t1", "name": "Skill", "input": {"skill": "work"}}]},
+        {"role": "assistant",
+         "content": [{"type": "tool_use", "id": "t1", "name": "Skill", "input": {"skill": "work"}}]},
         {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1", "content": "Launching skill: work"},
-                                     {"type": "text", "text": "Base directory for this skill: /work/.claude/skills/work\n\nBODY"}]},
+                                     {"type": "text",
+                                      "text": "Base directory for this skill: /work/.claude/skills/work\n\nBODY"}]},
     ]
     conv = parse(body)
-    assert conv.turns == 1 and conv.cwd == "/work" and conv.skills == {"work": "BODY"} and conv.requested_skill == "work"
+    assert (conv.turns == 1 and conv.cwd == "/work" and conv.skills == {"work": "BODY"}
+            and conv.requested_skill == "work")
 
 
 @pytest.mark.parametrize("mutate, message", [
@@ -121,14 +124,16 @@ def _auto_request(task_id: str, listing: dict[str, str]) -> dict:
     entries = "".join(f"- {name}: {text}\n" for name, text in listing.items())
     body = _first_request(f"{task['prompt']}\nRun the verification in the foreground before you finish.")
     body["messages"][0]["content"].insert(0, {"type": "text", "text": "<system-reminder>\nThe following skills are "
-                                              f"available for use with the Skill tool:\n\n{entries}{BUNDLED}\n</system-reminder>"})
+                                              "available for use with the Skill tool:\n\n"
+                                              f"{entries}{BUNDLED}\n</system-reminder>"})
     return body
 
 
 def test_conversation_reads_the_skill_listing_with_multi_line_descriptions():
     conv = parse(_auto_request("ledger-currencies", {"work": WORK_DESCRIPTION}))
     assert list(conv.listed) == ["work", "simplify", "run"]
-    assert conv.listed["work"] == WORK_DESCRIPTION and conv.listed["run"].endswith("works in the real app (not just tests).")
+    assert (conv.listed["work"] == WORK_DESCRIPTION
+            and conv.listed["run"].endswith("works in the real app (not just tests)."))
     assert conv.requested_skill is None and "euros and pounds" in conv.prompt
 
 

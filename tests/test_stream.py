@@ -18,8 +18,10 @@ def _events(*, result: dict | None = None, extra: list | None = None, skill_ok: 
     res.update(result or {})
     return [
         {"type": "system", "subtype": "init", "session_id": "s-1"},
-        {"type": "assistant", "message": {"content": [{"type": "tool_use", "id": "t1", "name": "Skill", "input": {"skill": "work"}}]}},
-        {"type": "user", "message": {"content": [{"type": "tool_result", "tool_use_id": "t1", "is_error": not skill_ok, "content": "ok"}]}},
+        {"type": "assistant",
+         "message": {"content": [{"type": "tool_use", "id": "t1", "name": "Skill", "input": {"skill": "work"}}]}},
+        {"type": "user", "message": {"content": [{"type": "tool_result", "tool_use_id": "t1", "is_error": not skill_ok,
+                                                  "content": "ok"}]}},
         *(extra or []),
         res,
     ]
@@ -61,7 +63,9 @@ def test_missing_or_bogus_cost_is_unmeasured_not_zero(cost):
     (_raw(_events(result={"session_id": ""})), "session_id"),
     (_raw(_events(result={"num_turns": -1})), "num_turns"),
     (b'{"type": "result", "total_cost_usd": NaN}\n', "non-finite"),
-    (_raw(_events(extra=[{"type": "assistant", "message": {"content": [{"type": "tool_use", "id": "t1", "name": "Read", "input": {}}]}}])), "duplicate"),
+    (_raw(_events(extra=[{"type": "assistant",
+                          "message": {"content": [{"type": "tool_use", "id": "t1", "name": "Read", "input": {}}]}}])),
+     "duplicate"),
 ])
 def test_malformed_streams_are_rejected(raw, message):
     with pytest.raises(stream.StreamError, match=message):
@@ -73,7 +77,8 @@ def test_system_events_after_result_are_allowed():
 
 
 def test_transcript_is_redacted_canonical_and_bound(tmp_path):
-    events = _events(extra=[{"type": "user", "message": {"content": [{"type": "text", "text": "key sk-ant-api03-abcdefghijkl and literal LIT-SECRET-1"}]}}])
+    events = _events(extra=[{"type": "user", "message": {"content": [
+        {"type": "text", "text": "key sk-ant-api03-abcdefghijkl and literal LIT-SECRET-1"}]}}])
     data = transcript.render(events, ("LIT-SECRET-1",))
     assert b"sk-ant-api03" not in data and b"LIT-SECRET-1" not in data and b"[REDACTED]" in data
     assert data == transcript.render(list(events), ("LIT-SECRET-1",))  # canonical: same events, same bytes

@@ -26,11 +26,14 @@ def _rewrite(tasks_file, mutate):
     (lambda d: d["tasks"].append(dict(d["tasks"][0])), r"task 'greet': id: duplicate task id"),
     (lambda d: d["tasks"][0]["oracle"]["files"][0].update(source="../tasks.yaml"), r"\.oracle\.files\[0\]\.source"),
     (lambda d: d["tasks"][0]["oracle"]["files"][0].update(source="/etc/passwd"), r"\.oracle\.files\[0\]\.source"),
-    (lambda d: d["tasks"][0]["oracle"]["files"][0].update(source="missing.py"), r"task 'greet': oracle.files\[\].source: refused: .*missing.py: oracle file does not exist"),
+    (lambda d: d["tasks"][0]["oracle"]["files"][0].update(source="missing.py"),
+     r"task 'greet': oracle.files\[\].source: refused: .*missing.py: oracle file does not exist"),
     (lambda d: d["tasks"][0].update(colour="red"), r"\$\.tasks\[0\]: Additional properties .*colour"),
     (lambda d: d["tasks"][0].update(ref="main"), r"task 'greet': ref: ref applies to git targets only"),
-    (lambda d: d["tasks"][0].update(target="targets/nope"), r"task 'greet': target: targets/nope must be an existing directory"),
-    (lambda d: d["tasks"][0]["oracle"]["files"].append(dict(d["tasks"][0]["oracle"]["files"][0])), r"oracle.files\[\].source: must be unique"),
+    (lambda d: d["tasks"][0].update(target="targets/nope"),
+     r"task 'greet': target: targets/nope must be an existing directory"),
+    (lambda d: d["tasks"][0]["oracle"]["files"].append(dict(d["tasks"][0]["oracle"]["files"][0])),
+     r"oracle.files\[\].source: must be unique"),
     (lambda d: d["tasks"][0].pop("verify"), r"'verify' is a required property"),
 ])
 def test_bad_task_files_are_refused(tmp_path, mutate, message):
@@ -72,7 +75,8 @@ def test_bindings_pin_exact_bytes(tmp_path):
 def test_git_target_is_pinned_to_a_commit_and_exported_without_history(tmp_path):
     tasks_file = make_mini(tmp_path)
     repo = tasks_file.parent / "targets/greet"
-    env = {**os.environ, "GIT_AUTHOR_NAME": "a", "GIT_AUTHOR_EMAIL": "a@a", "GIT_COMMITTER_NAME": "a", "GIT_COMMITTER_EMAIL": "a@a"}
+    env = {**os.environ, "GIT_AUTHOR_NAME": "a", "GIT_AUTHOR_EMAIL": "a@a",
+           "GIT_COMMITTER_NAME": "a", "GIT_COMMITTER_EMAIL": "a@a"}
     for cmd in (["init", "-q"], ["add", "-A"], ["commit", "-qm", "one"]):
         subprocess.run(["git", *cmd], cwd=repo, env=env, check=True)
     (repo / "later.txt").write_text("not committed\n")
@@ -113,7 +117,8 @@ def test_expensive_tasks_are_skipped_and_listed(tmp_path):
 def test_required_candidate_arms_are_the_arms_using_a_touched_skill():
     incumbents = config.load(ROOT / "params.yaml").arms
     # the auto arm reads every skill's description, so any overlay needs it; the baseline has no skill to change
-    assert [a.name for a in arms.required_candidate_arms({"plan"}, incumbents)] == ["candidate_auto", "candidate_workflow"]
+    assert [a.name for a in arms.required_candidate_arms({"plan"}, incumbents)] == ["candidate_auto",
+                                                                                    "candidate_workflow"]
     required = arms.required_candidate_arms({"work"}, incumbents)
     assert [(a.name, a.incumbent) for a in required] == [("candidate_auto", "auto"), ("candidate_workflow", "workflow")]
     odd = config.parse({"arms": {"x": {"sessions": [{"skill": "nope", "prompt": "{prompt}"}]}}}).arms
@@ -146,10 +151,12 @@ def test_split_completes_what_params_name(gate, evidence, shared, expected):
 
 
 @pytest.mark.parametrize("gate, evidence, shared, message", [
-    (("a1",), ("a1",), False, r"params\.yaml: tasks\.gate and tasks\.evidence both name \['a1'\].*\(rule: disjoint split\)"),
+    (("a1",), ("a1",), False,
+     r"params\.yaml: tasks\.gate and tasks\.evidence both name \['a1'\].*\(rule: disjoint split\)"),
     (("zz",), (), False, r"params\.yaml: tasks\.gate: 'zz' is not a task in the tasks file \(rule: known task\)"),
     (("a1",), ("a2",), False, r"tasks \['a3', 'a4', 'b1', 'b2'\] are in neither .*\(rule: every task has a role\)"),
-    ((), ("a1", "a2", "a3", "a4", "b1", "b2"), False, r"no task is left for the gate to decide on \(rule: a gate task\)"),
+    ((), ("a1", "a2", "a3", "a4", "b1", "b2"), False,
+     r"no task is left for the gate to decide on \(rule: a gate task\)"),
 ])
 def test_a_bad_split_is_refused_naming_the_rule(gate, evidence, shared, message):
     with pytest.raises(BadInput, match=message):

@@ -63,4 +63,4 @@ def test_many_watches_share_scans(monkeypatch):
     elapsed = time.monotonic() - start
     assert len(calls) == 80
     assert len(scans) <= elapsed / max_age + 1 and len(scans) < len(calls) / 2
-    assert all(b - a >= max_age for a, b in zip(scans, scans[1:]))  # never two scans within max_age
+    assert all(b - a >= max_age for a, b in zip(scans, scans[1:], strict=False))  # never two scans within max_age

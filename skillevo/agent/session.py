@@ -42,7 +42,8 @@ class SessionSpec:
     transcript_name: str
     credential: models.Credential | None = None  # the real key or token; it stays on the host side of the relay
     expected_skill: str | None = None  # a skill name, arms.AUTO or arms.NONE (an arm's session); None: no check
-    readonly_paths: tuple[str, ...] = (".claude",)  # workspace-relative, over-mounted read-only: skills and project settings
+    # workspace-relative, over-mounted read-only: skills and project settings
+    readonly_paths: tuple[str, ...] = (".claude",)
     mounts: tuple[Mount, ...] = ()
     tools: tuple[str, ...] = DEFAULT_TOOLS
     timeout_s: float = 1800.0
@@ -120,7 +121,8 @@ def run_session(spec: SessionSpec) -> dict[str, Any]:
         mounts += list(spec.mounts)
         box = SandboxSpec(workspace=spec.workspace, private=private / "box", env=_env(spec), mounts=tuple(mounts),
                           relay_socket_dir=private / "relay", limits=spec.limits)
-        argv = [LAUNCHER_DST] + cli.argv(model=spec.model, tools=spec.tools, max_turns=spec.max_turns, effort=spec.effort)
+        argv = [LAUNCHER_DST] + cli.argv(model=spec.model, tools=spec.tools, max_turns=spec.max_turns,
+                                         effort=spec.effort)
         cred = spec.credential  # sent by the relay in the header the CLI would use for its variable
         with sandbox.Relay(spec.endpoint, cred.secret if cred else None, private / "relay", timeout_s=spec.timeout_s,
                            auth_header=cred.header if cred else "x-api-key") as relay:

@@ -123,7 +123,8 @@ def parse(stdout: bytes) -> Parsed:
     usage = result.get("usage")
     if not isinstance(usage, dict):
         raise StreamError("result has no usage object")
-    missing = [f for f in USAGE_FIELDS if isinstance(usage.get(f), bool) or not isinstance(usage.get(f), int) or usage[f] < 0]
+    missing = [f for f in USAGE_FIELDS
+               if isinstance(usage.get(f), bool) or not isinstance(usage.get(f), int) or usage[f] < 0]
     if missing:
         raise StreamError(f"result usage lacks {', '.join(missing)}")
     session_id = result.get("session_id")

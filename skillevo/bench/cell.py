@@ -23,7 +23,7 @@ import threading
 import time
 import traceback
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -94,9 +94,9 @@ def _base_row(spec: CellSpec) -> dict[str, Any]:
         "run": spec.run, "side": spec.side, "resolved": False, "ok": False, "error_kind": None, "error_detail": None,
         "cost_usd": None, **{f: 0 for f in USAGE_FIELDS}, "num_turns": 0, "duration_s": 0.0, "wall_s": 0.0,
         "diff_files": 0, "diff_insertions": 0, "diff_deletions": 0, "verify_passed": False, "oracle_passed": False,
-        "verify_tail": "", "skill_invoked": None, "skills_loaded": [], "session_ids": [], "tool_uses": {}, "transcripts": [],
-        "patch": None, "phases": {"workspace_s": 0.0, "setup_s": 0.0, "sessions_s": [], "verify_s": 0.0,
-                                  "churn_s": 0.0},
+        "verify_tail": "", "skill_invoked": None, "skills_loaded": [], "session_ids": [], "tool_uses": {},
+        "transcripts": [], "patch": None, "phases": {"workspace_s": 0.0, "setup_s": 0.0, "sessions_s": [],
+                                                     "verify_s": 0.0, "churn_s": 0.0},
         "model": spec.model.name, "served_models": [], "backend": spec.model.backend, "simulated": spec.model.simulated,
         "effort": spec.model.effort, "base_commit": spec.base_commit,
         "task_binding_digest": spec.task.binding_digest, "skills_digest": spec.skills_digest,
@@ -113,7 +113,7 @@ def infra_error(spec: CellSpec, detail: str) -> CellResult:
     """The row of a cell the harness could not run at all (e.g. its worker was lost on every try)."""
     row = _base_row(spec)
     _fail(row, "infra-error", detail)
-    row["recorded_at"] = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    row["recorded_at"] = datetime.now(UTC).isoformat(timespec="seconds")
     return CellResult(row)
 
 
@@ -341,5 +341,5 @@ def run_cell(spec: CellSpec, *, credential: Credential | None = None,
             print(f"bench: warning: cell {spec.name}: could not remove {cell_dir}: {e}", file=sys.stderr)
     row["resolved"] = row["ok"] and row["verify_passed"] and row["oracle_passed"] and row["error_kind"] is None
     row["wall_s"] = round(time.monotonic() - start - unrecorded["oracle_s"], 3)  # it could carry hidden bytes
-    row["recorded_at"] = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    row["recorded_at"] = datetime.now(UTC).isoformat(timespec="seconds")
     return CellResult(row, artifacts)

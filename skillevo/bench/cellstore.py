@@ -27,7 +27,7 @@ import sys
 import time
 from collections.abc import Iterator, Mapping
 from dataclasses import asdict, dataclass
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -162,7 +162,8 @@ class Store:
             raise Miss(str(e)) from None
         arts = entry.get("artifacts")
         if not isinstance(arts, dict) or set(arts) != _artifact_paths(row):
-            raise Miss(f"{path}: its artifacts are not exactly the transcripts and patch its row names (rule: artifacts)")
+            raise Miss(f"{path}: its artifacts are not exactly the transcripts and patch its row names "
+                       "(rule: artifacts)")
         decoded = {}
         for rel, text in arts.items():
             try:
@@ -218,7 +219,8 @@ class Store:
             except (Miss, BadInput):
                 why = "damaged"
             else:
-                why = ("expired" if now - recorded > timedelta(days=max_age_days) or recorded > now + timedelta(minutes=5)
+                why = ("expired" if now - recorded > timedelta(days=max_age_days)
+                                    or recorded > now + timedelta(minutes=5)
                        else "other_harness" if harness_digest and entry["material"].get("harness") != harness_digest
                        else None)
             if why:
@@ -236,7 +238,7 @@ class Store:
 
 
 def _now() -> datetime:
-    return datetime.now(timezone.utc)
+    return datetime.now(UTC)
 
 
 def _moment(text: Any, where: Path) -> datetime:
@@ -244,7 +246,7 @@ def _moment(text: Any, where: Path) -> datetime:
         moment = datetime.fromisoformat(text)
     except (TypeError, ValueError):
         raise BadInput(f"{where}: recorded_at {text!r} is not an ISO 8601 time (rule: entry format)") from None
-    return moment if moment.tzinfo else moment.replace(tzinfo=timezone.utc)
+    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
 
 
 def rel_paths(store: Store) -> list[str]:

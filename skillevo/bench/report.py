@@ -50,8 +50,8 @@ def against_baseline(provenance: dict[str, Any], aggs: dict[tuple[str, str], dic
             (res, runs, cost), (b_res, b_runs, b_cost) = _totals(aggs, arm, tasks), _totals(aggs, base, tasks)
             points = "—" if not runs or not b_runs else f"{100 * (res / runs - b_res / b_runs):+.0f} points"
             delta = "—" if cost is None or not b_cost else f"{cost - b_cost:+.4f} ({100 * (cost / b_cost - 1):+.1f}%)"
-            lines.append(f"| {arm} | {res}/{runs} | {b_res}/{b_runs} | {points} | {_fmt(cost, 4)} | {_fmt(b_cost, 4)} | "
-                         f"{delta} |")
+            lines.append(f"| {arm} | {res}/{runs} | {b_res}/{b_runs} | {points} | {_fmt(cost, 4)} | "
+                         f"{_fmt(b_cost, 4)} | {delta} |")
         lines += ["", "Over the tasks both arms ran; cost is the sum of the per-task medians.", ""]
     return lines
 
@@ -76,12 +76,15 @@ def render(provenance: dict[str, Any], rows: list[dict[str, Any]]) -> str:
               f"- replicate: {provenance['replicate']}",
               f"- arms: {', '.join(a['name'] for a in provenance['arms'])}",
               f"- skipped tasks: {skipped or 'none'}",
-              "", "| task | class | arm | resolved | cost $ | input tok | output tok | turns | wall s | churn | errors |",
+              "",
+              "| task | class | arm | resolved | cost $ | input tok | output tok | turns | wall s | churn | errors |",
               "|---|---|---|---|---|---|---|---|---|---|---|"]
     for (task, arm), a in sorted(aggs.items()):
-        churn = "—" if a["diff_files"] is None else f"{a['diff_files']:.0f}f +{a['diff_insertions']:.0f} −{a['diff_deletions']:.0f}"
+        churn = ("—" if a["diff_files"] is None
+                 else f"{a['diff_files']:.0f}f +{a['diff_insertions']:.0f} −{a['diff_deletions']:.0f}")
         errors = ", ".join(f"{k}×{n}" for k, n in a["error_kinds"].items()) or "—"
-        lines.append(f"| {task} | {a['class']} | {arm} | {a['resolved']}/{a['valid_runs']} ({a['excluded_runs']} excluded) | "
+        lines.append(f"| {task} | {a['class']} | {arm} | {a['resolved']}/{a['valid_runs']} "
+                     f"({a['excluded_runs']} excluded) | "
                      f"{_fmt(a['cost_usd'], 4)} | {_fmt(a['input_tokens'])} | {_fmt(a['output_tokens'])} | "
                      f"{_fmt(a['num_turns'])} | {_fmt(a['wall_s'], 1)} | {churn} | {errors} |")
     lines += ["", "Medians over valid runs. Token and turn columns count the main agent loop only.", ""]

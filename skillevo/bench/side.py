@@ -1,9 +1,9 @@
 """Run one side of the bench (all incumbent arms, or the candidate arms an overlay requires), as planned.
 
 Everything that can be refused is refused before the output directory exists: params, tasks, skills and the
-overlay by the plan (skillevo.bench.sideplan), the sandbox and the CLI here. Rows are then appended to results.jsonl as cells finish — artifacts first,
-then the row, fsynced — so an interrupted bench keeps every finished cell and nothing half-written. At the
-end the rows are sorted, and bench.json and report.md are written.
+overlay by the plan (skillevo.bench.sideplan), the sandbox and the CLI here. Rows are then appended to
+results.jsonl as cells finish — artifacts first, then the row, fsynced — so an interrupted bench keeps every
+finished cell and nothing half-written. At the end the rows are sorted, and bench.json and report.md are written.
 """
 
 from __future__ import annotations
@@ -113,8 +113,9 @@ def _check_headroom(scratch: Path, bench: BenchParams) -> None:
     need = bench.workers * (bench.limits.disk_mb << 20) + (256 << 20)
     if st.f_bavail * st.f_frsize < need:
         raise BrokenEnvironment(f"{scratch}: {st.f_bavail * st.f_frsize >> 20} MB free, but {bench.workers} cells at "
-                                f"once may each grow by bench.limits.disk_mb {bench.limits.disk_mb} MB (need {need >> 20}"
-                                " MB); free space, lower bench.workers or disk_mb, or set TMPDIR (rule: disk headroom)")
+                                f"once may each grow by bench.limits.disk_mb {bench.limits.disk_mb} MB "
+                                f"(need {need >> 20} MB); free space, lower bench.workers or disk_mb, or set TMPDIR "
+                                "(rule: disk headroom)")
 
 
 def _executor(params: Params, credential: models.Credential | None) -> Executor:

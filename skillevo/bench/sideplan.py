@@ -86,7 +86,8 @@ def plan(side: str, tasks_file: Path, skills_dir: Path, overlay_dir: Path | None
         touched = {layout.skill_of(rel) for rel in files}
         arm_list = arms_mod.required_candidate_arms(touched, params.arms)
         if not arm_list:
-            raise BadInput(f"{overlay_dir}: the overlay touches {sorted(touched)}, which no arm uses (rule: required arms)")
+            raise BadInput(f"{overlay_dir}: the overlay touches {sorted(touched)}, which no arm uses "
+                           "(rule: required arms)")
         overlay_digest = layout.tree_digest(files, overlay_executables)
         controls = [params.arms[arm.incumbent] for arm in arm_list]
     runs = params.sampling.runs if side == "candidate" else params.sampling.incumbent_runs

@@ -80,7 +80,8 @@ def build_template(tree: Path, family: Mapping[str, bytes], overlay: Mapping[str
         _install(overlay, dest / ".claude" / "skills", overlay_executables)
         git(dest, "add", "-A")
         if not git(dest, "status", "--porcelain"):
-            raise BadInput("the candidate overlay is byte-identical to the incumbent skills (rule: a change is required)")
+            raise BadInput("the candidate overlay is byte-identical to the incumbent skills "
+                           "(rule: a change is required)")
         git(dest, "commit", "-q", "--no-verify", "-m", "benchmark candidate skill overlay")
     return git(dest, "rev-parse", "HEAD")
 

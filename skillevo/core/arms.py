@@ -109,7 +109,8 @@ def check_skills(arms: Mapping[str, Arm], known: Iterable[str], source: str = "p
         for i, session in enumerate(arm.sessions):
             if session.skill not in known and session.skill not in CHOICES:
                 raise BadInput(f"{source}: arms.{name}.sessions[{i}].skill: {session.skill!r} is not a skill of the "
-                               f"family ({', '.join(sorted(known))}), {AUTO} or {NONE} (rule: arms use existing skills)")
+                               f"family ({', '.join(sorted(known))}), {AUTO} or {NONE} "
+                               "(rule: arms use existing skills)")
     check_shapes(arms, source)
 
 

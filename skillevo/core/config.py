@@ -12,7 +12,7 @@ import math
 import re
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, fields
-from datetime import date, datetime, timezone
+from datetime import UTC, date, datetime
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any, TypeVar
@@ -271,7 +271,7 @@ def parse(doc: Any, source: str = "params.yaml", *, today: date | None = None) -
     if paths["skills"] in paths["mirrors"]:
         raise BadInput(f"{source}: $.skills.paths.mirrors: {paths['skills']!r} is the canonical directory itself "
                        "(rule: a mirror is another directory)")
-    today = today or datetime.now(timezone.utc).date()
+    today = today or datetime.now(UTC).date()
     notes = [*models.check_id(filled["model"]["name"], f"{source}: model.name", today)]
     if filled["propose"]["model"] is not None:
         notes += models.check_id(filled["propose"]["model"], f"{source}: propose.model", today)

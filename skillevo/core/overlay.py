@@ -57,7 +57,8 @@ def _scope(rel: str, family: Mapping[str, bytes], executables: Collection[str], 
     if rel not in family:
         if SUPPORTING_FILES not in limits.allow:
             raise _refuse(rel, f"has no incumbent {skills_dir}/{rel} to replace (rule: replacements only; params "
-                               f"propose.allow: {SUPPORTING_FILES} lets an overlay add files inside an evolvable skill)")
+                               f"propose.allow: {SUPPORTING_FILES} lets an overlay add files "
+                               "inside an evolvable skill)")
     elif not rel.lower().endswith(".md") and not (was or now) and SUPPORTING_FILES not in limits.allow:
         raise _refuse(rel, f"only <skill>/<path>.md files may be replaced (rule: Markdown under a skill; params "
                            f"propose.allow: {SUPPORTING_FILES} permits other supporting files)")
@@ -102,7 +103,8 @@ def read_overlay(root: Path, limits: Limits, executables: set[str] | None = None
 def changed_lines(old: bytes, new: bytes) -> int:
     """Lines that differ: a replaced block counts its longer side, an insertion or deletion its length."""
     a, b = old.decode(errors="replace").splitlines(), new.decode(errors="replace").splitlines()
-    return sum(max(i2 - i1, j2 - j1) for op, i1, i2, j1, j2 in difflib.SequenceMatcher(None, a, b, autojunk=False).get_opcodes()
+    return sum(max(i2 - i1, j2 - j1)
+               for op, i1, i2, j1, j2 in difflib.SequenceMatcher(None, a, b, autojunk=False).get_opcodes()
                if op != "equal")
 
 

@@ -111,7 +111,7 @@ def sequential_record(side: Side) -> Sequential | None:
     if side.bench["side"] != "candidate":
         raise BadInput(f"{where}: only the candidate side runs in looks (rule: sequential sampling)")
     looks = tuple(found["looks"])
-    if any(b <= a for a, b in zip(looks, looks[1:])) or looks[-1] != side.bench["runs"]:
+    if any(b <= a for a, b in zip(looks, looks[1:], strict=False)) or looks[-1] != side.bench["runs"]:
         raise BadInput(f"{where}.looks: {list(looks)} must increase and end at the side's runs "
                        f"{side.bench['runs']} (rule: planned looks)")
     record = Sequential(looks, found["stopped_at_look"], found["reason"])

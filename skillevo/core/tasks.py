@@ -132,7 +132,8 @@ def oracle_tests(files: tuple[tuple[str, bytes], ...], task_id: str, source: Pat
         try:
             tree = ast.parse(data.decode("utf-8"), filename=target)
         except (SyntaxError, UnicodeDecodeError, ValueError) as e:
-            raise _fail(task_id, "oracle.files", f"{target} is not Python source: {e} (rule: oracle tests)", source)
+            raise _fail(task_id, "oracle.files", f"{target} is not Python source: {e} (rule: oracle tests)",
+                        source) from e
         for node in tree.body:
             if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and node.name.startswith("test"):
                 ids.append(f"{module}::{node.name}")
@@ -140,8 +141,8 @@ def oracle_tests(files: tuple[tuple[str, bytes], ...], task_id: str, source: Pat
                 ids += [f"{module}.{node.name}::{item.name}" for item in node.body
                         if isinstance(item, ast.FunctionDef | ast.AsyncFunctionDef) and item.name.startswith("test")]
     if not ids:
-        raise _fail(task_id, "oracle.files", "no test function (test_*) in any .py oracle file: the oracle's outcome is "
-                                             "matched against its tests (rule: oracle tests)", source)
+        raise _fail(task_id, "oracle.files", "no test function (test_*) in any .py oracle file: the oracle's outcome "
+                                             "is matched against its tests (rule: oracle tests)", source)
     return sorted(set(ids))
 
 
@@ -212,7 +213,8 @@ def split(tasks: Iterable[Task], gate: Iterable[str], evidence: Iterable[str], s
     for key, named in (("gate", gate), ("evidence", evidence)):
         for task_id in named:
             if task_id not in ids:
-                raise TaskError(f"{source}: tasks.{key}: {task_id!r} is not a task in the tasks file (rule: known task)")
+                raise TaskError(f"{source}: tasks.{key}: {task_id!r} is not a task in the tasks file "
+                                "(rule: known task)")
     automatic = not gate and not evidence
     if automatic:  # every third task, by class then id: classes spread over both sets, and the gate gets most
         ordered = sorted(tasks, key=lambda t: (t.cls, t.id))

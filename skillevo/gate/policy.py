@@ -203,6 +203,7 @@ def _impute(agg: Mapping[str, Any], value: float, resolved: bool, metric: str) -
 
 
 def _quality(pairs: Sequence[Pair], alpha: float) -> stats.Quality | None:
-    counts = [((p.incumbent["resolved"], p.incumbent["valid_runs"]), (p.candidate["resolved"], p.candidate["valid_runs"]))
+    counts = [((p.incumbent["resolved"], p.incumbent["valid_runs"]),
+               (p.candidate["resolved"], p.candidate["valid_runs"]))
               for p in pairs if p.incumbent["valid_runs"] and p.candidate["valid_runs"]]
     return stats.quality(counts, alpha) if counts else None

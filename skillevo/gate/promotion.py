@@ -7,7 +7,7 @@ apply trusts arithmetic it can redo rather than a verdict someone could have edi
 from __future__ import annotations
 
 from collections.abc import Mapping
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -138,7 +138,7 @@ def build_promotion(
         candidate_arms=bindings["required_candidate_arms"],
         sequential=None if record is None else record.to_dict(),
     )
-    generated = now.astimezone(timezone.utc).replace(microsecond=0)
+    generated = now.astimezone(UTC).replace(microsecond=0)
     promotion = {
         "schema_version": SCHEMA_VERSION,
         "generated_at": generated.isoformat(),
@@ -159,7 +159,7 @@ def expiry(candidate: Side, policy: Policy) -> datetime:
     oldest = candidate.oldest_recorded_at
     if oldest is None:
         raise BadInput(f"{candidate.directory}: no row: there is no evidence to decide on (rule: evidence)")
-    return (datetime.fromisoformat(oldest) + timedelta(days=policy.max_age_days)).astimezone(timezone.utc)
+    return (datetime.fromisoformat(oldest) + timedelta(days=policy.max_age_days)).astimezone(UTC)
 
 
 def write_promotion(promotion: Mapping[str, Any], path: Path) -> None:
@@ -291,7 +291,7 @@ def first_difference(stored: Any, expected: Any, path: str) -> str | None:
                 return difference
         return None
     if isinstance(stored, list) and isinstance(expected, list):
-        for i, (a, b) in enumerate(zip(stored, expected)):
+        for i, (a, b) in enumerate(zip(stored, expected, strict=False)):
             difference = first_difference(a, b, f"{path}[{i}]")
             if difference:
                 return difference

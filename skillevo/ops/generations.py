@@ -25,7 +25,7 @@ import re
 import shutil
 import subprocess
 import sys
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -248,7 +248,7 @@ CONFIRM_STAGES = ("bench@incumbent", "preflight", "bench@candidate", "gate")
 
 
 def _generation(dvc: str, confirms: int | None = None) -> list[dict[str, Any]]:
-    started_at = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    started_at = datetime.now(UTC).isoformat(timespec="seconds")
     out = _run([dvc, "repro"] if confirms is None else [dvc, "repro", "--single-item", *CONFIRM_STAGES])
     ran = frozenset(re.findall(r"Running stage '([^']+)'", out))
     ds = decisions()
@@ -290,7 +290,8 @@ def _improvement(decision: dict[str, Any]) -> str:
 
 def report(archive_dir: Path = ARCHIVE) -> str:
     """Per generation and in all: what was paid for now and what DVC's run-cache or the cell store served, and
-    what a promoted percentage point cost. Simulated sessions are labelled: their dollars are the simulator's arithmetic."""
+    what a promoted percentage point cost. Simulated sessions are labelled: their dollars are the simulator's
+    arithmetic."""
     table = rows(archive_dir)
     if not table:
         return "no generations archived yet (run `make evolve`)"

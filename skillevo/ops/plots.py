@@ -27,7 +27,8 @@ def template(node_modules: Path) -> str:
         try:
             code = path.read_text(encoding="utf-8")
         except OSError as e:
-            raise errors.BrokenEnvironment(f"{path}: cannot read ({e.strerror}); run `make plots`, which installs it")
+            raise errors.BrokenEnvironment(
+                f"{path}: cannot read ({e.strerror}); run `make plots`, which installs it") from e
         code = code.replace("</script", "<\\/script")  # a literal in the code must not end the element
         scripts.append(f"<script>/* {rel} */\n{code}\n</script>")
     return ("<!DOCTYPE html>\n<html>\n<head>\n<meta charset=\"utf-8\">\n<title>skillevo plots</title>\n"

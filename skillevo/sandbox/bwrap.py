@@ -67,7 +67,8 @@ def _identity_files(private: Path) -> list[str]:
     """A passwd/group that name only the sandbox user, so tools that look it up work."""
     etc = private / "etc"
     etc.mkdir(parents=True, exist_ok=True)
-    (etc / "passwd").write_text(f"agent:x:{UID}:{GID}:agent:{HOME}:/bin/bash\nnobody:x:65534:65534::/nonexistent:/usr/sbin/nologin\n")
+    (etc / "passwd").write_text(f"agent:x:{UID}:{GID}:agent:{HOME}:/bin/bash\n"
+                                "nobody:x:65534:65534::/nonexistent:/usr/sbin/nologin\n")
     (etc / "group").write_text(f"agent:x:{GID}:\nnogroup:x:65534:\n")
     (etc / "hosts").write_text("127.0.0.1 localhost\n::1 localhost\n")
     return ["--ro-bind", str(etc / "passwd"), "/etc/passwd", "--ro-bind", str(etc / "group"), "/etc/group",
@@ -105,7 +106,8 @@ def command(spec: SandboxSpec, argv: list[str], status_fd: int | None = None) ->
         args += ["--bind", str(spec.private / "tmp"), "/tmp", "--bind", str(spec.private / "home"), HOME]
     else:  # sized tmpfs mounts: a flood of /tmp or HOME fills this sandbox's memory quota, not the host's disk
         size = str(spec.limits.tmp_mb << 20)
-        args += ["--size", size, "--perms", "1777", "--tmpfs", "/tmp", "--size", size, "--perms", "0700", "--tmpfs", HOME]
+        args += ["--size", size, "--perms", "1777", "--tmpfs", "/tmp",
+                 "--size", size, "--perms", "0700", "--tmpfs", HOME]
     args += ["--bind" if spec.workspace_writable else "--ro-bind", str(spec.workspace), WORKDIR]
     if spec.relay_socket_dir is not None:
         args += ["--bind", str(spec.relay_socket_dir), RELAY_DIR]

@@ -128,7 +128,8 @@ class Relay:
     def __init__(self, endpoint: str, api_key: str | None, socket_dir: Path, *, timeout_s: float = 600.0,
                  auth_header: str = "x-api-key") -> None:
         parts = urlsplit(endpoint)
-        if parts.scheme not in ("http", "https") or not parts.hostname or parts.username or parts.query or parts.fragment:
+        if (parts.scheme not in ("http", "https") or not parts.hostname or parts.username or parts.query
+                or parts.fragment):
             raise BadInput("model endpoint must be an http(s) URL with a host and no credentials, query or fragment "
                            "(rule: model.base_url)")
         self.scheme, self.host, self.port = parts.scheme, parts.hostname, parts.port
@@ -150,7 +151,7 @@ class Relay:
         self.last_answer_failed = False  # the answer to the latest request failed: nothing good came after it
         self._last_answered = self._last_failed = 0  # request numbers
 
-    def __enter__(self) -> "Relay":
+    def __enter__(self) -> Relay:
         self.socket_path.parent.mkdir(parents=True, exist_ok=True)
         if self.socket_path.exists():
             self.socket_path.unlink()
@@ -221,7 +222,8 @@ class _Handler(BaseHTTPRequestHandler):
         return "sandbox"
 
     def _refuse(self, status: int, message: str) -> None:
-        data = ('{"type":"error","error":{"type":"permission_error","message":"%s"}}' % message).encode()
+        # %-formatting, not an f-string: every brace of the template is JSON's
+        data = ('{"type":"error","error":{"type":"permission_error","message":"%s"}}' % message).encode()  # noqa: UP031
         self.send_response(status)
         self.send_header("content-type", "application/json")
         self.send_header("content-length", str(len(data)))

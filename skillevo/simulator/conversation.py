@@ -96,7 +96,8 @@ def parse(body: dict[str, Any]) -> Conversation:
             continue
         for block in _blocks(message):
             if block.get("type") == "tool_result":
-                results.append(ToolResult(str(block.get("tool_use_id")), _text_of(block.get("content")), bool(block.get("is_error"))))
+                results.append(ToolResult(str(block.get("tool_use_id")), _text_of(block.get("content")),
+                                          bool(block.get("is_error"))))
             elif block.get("type") == "text":
                 m = _SKILL_BASE.match(block.get("text", ""))
                 if m:

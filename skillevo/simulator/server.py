@@ -31,6 +31,7 @@ from skillevo.simulator.playbook import Playbook
 SESSION_LOG_ENV = "SKILLEVO_SIMULATOR_SESSION_LOG"
 MODES = ("normal", "no-skill", "escape", "overloaded", "server-error", "truncated", "hang")
 NOISY = ("normal", "no-skill")  # the modes the noise profile varies (faults and roles stay exact)
+NO_ROUTE = Route()  # a request with no route in its path: the empty key
 CHUNK_TOKENS = 4  # under latency, a delta event carries about this many tokens, as the API's carry a few
 
 
@@ -64,7 +65,7 @@ class Simulator:
         self._server: ThreadingHTTPServer | None = None
 
     # lifecycle -------------------------------------------------------------------------------
-    def start(self) -> "Simulator":
+    def start(self) -> Simulator:
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
         self._server.daemon_threads = True
         self._server.simulator = self  # type: ignore[attr-defined]
@@ -77,7 +78,7 @@ class Simulator:
             self._server.shutdown()
             self._server.server_close()
 
-    def __enter__(self) -> "Simulator":
+    def __enter__(self) -> Simulator:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:
@@ -106,7 +107,7 @@ class Simulator:
         """The draws of the session a route names: its cell, and its bench's moment and slot when given."""
         return self.noise.session(route.cell, route.moment, route.slot)
 
-    def reply(self, mode: str, body: dict[str, Any], route: Route = Route()) -> Reply:
+    def reply(self, mode: str, body: dict[str, Any], route: Route = NO_ROUTE) -> Reply:
         """The agent's next message in the session `route` names (default: no route, the empty key)."""
         conv = conversation.parse(body)
         session = self.session_noise(route)
@@ -145,7 +146,8 @@ def _message(body: dict[str, Any], raw_len: int, reply: Reply, usage: dict[str, 
     """The assistant message for `reply`; `usage` is the request's input split (PromptCache.usage)."""
     if reply.tool:
         name, tool_input = reply.tool
-        tool_id = "toolu_sim_" + hashlib.sha256(json.dumps([raw_len, name, tool_input], sort_keys=True).encode()).hexdigest()[:20]
+        tool_id = "toolu_sim_" + hashlib.sha256(
+            json.dumps([raw_len, name, tool_input], sort_keys=True).encode()).hexdigest()[:20]
         content = [{"type": "text", "text": reply.text}] if reply.text else []
         content.append({"type": "tool_use", "id": tool_id, "name": name, "input": tool_input})
         stop = "tool_use"

@@ -24,5 +24,6 @@ from skillevo.stats.power import (
 from skillevo.stats.resolution import Quality, quality, runs_to_bound_drop
 
 __all__ = ["LOOK_BOUNDARIES", "Estimate", "Quality", "bound_text", "detectable_improvement_pct",
-           "detectable_per_resolved_pct", "interval", "log_ratio", "look_fractions", "look_levels", "per_resolved", "per_resolved_variance", "quality",
-           "p_text", "runs_for_saving", "runs_to_bound_drop", "significant", "spent"]
+           "detectable_per_resolved_pct", "interval", "log_ratio", "look_fractions", "look_levels", "per_resolved",
+           "per_resolved_variance", "quality", "p_text", "runs_for_saving", "runs_to_bound_drop", "significant",
+           "spent"]

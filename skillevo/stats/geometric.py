@@ -42,7 +42,8 @@ def log_ratio(strata: Sequence[Stratum], alpha: float) -> Estimate | None:
     else:  # identical runs within every cell: the difference is known exactly
         p, p_worse = (0.0, 1.0) if d < 0 else (1.0, 0.0) if d > 0 else (1.0, 1.0)
     per_task = tuple((pct(x), _interval(x, sd * s, crit)) for x, s in zip(diffs, scales, strict=True))
-    return Estimate("geometric", pct(d), _interval(d, se, crit), math.exp(d), p, p_worse, per_task, "t", df=df, log_sd=sd)
+    return Estimate("geometric", pct(d), _interval(d, se, crit), math.exp(d), p, p_worse, per_task, "t", df=df,
+                    log_sd=sd)
 
 
 def _interval(d: float, se: float, crit: float) -> tuple[float, float]:

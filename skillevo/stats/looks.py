@@ -10,7 +10,6 @@ from functools import lru_cache
 
 import numpy as np
 
-
 LOOK_BOUNDARIES = ("spending", "bonferroni")  # params gate.look_boundary
 
 
@@ -18,7 +17,7 @@ def look_fractions(looks: Sequence[int]) -> tuple[float, ...]:
     """The information at each look relative to the last, when the candidate has looks[j] runs per task and the
     incumbent always runs looks[-1]: a look's difference of means has variance (1/n_j + 1/N) sigma^2, so with
     the incumbent shared the looks' statistics have the canonical correlation sqrt(t_i / t_j) at these t."""
-    if not looks or any(n < 1 for n in looks) or any(b <= a for a, b in zip(looks, looks[1:])):
+    if not looks or any(n < 1 for n in looks) or any(b <= a for a, b in zip(looks, looks[1:], strict=False)):
         raise ValueError(f"looks must be increasing positive run counts, not {list(looks)}")
     last = looks[-1]
     return tuple(2 * n / (n + last) for n in looks)
@@ -55,7 +54,7 @@ def _look_levels(looks: tuple[int, ...], alpha: float, boundary: str) -> tuple[f
     from scipy import stats as sps
     fractions = look_fractions(looks)
     cumulative = [spent(n / looks[-1], alpha) for n in looks]
-    increments = [b - a for a, b in zip([0.0, *cumulative], cumulative)]
+    increments = [b - a for a, b in zip([0.0, *cumulative], cumulative, strict=False)]
     if boundary == "bonferroni" or len(looks) == 1:
         return tuple(max(0.0, a) for a in increments)
     return tuple(float(sps.norm.sf(c)) for c in _boundaries(fractions, increments))
@@ -74,7 +73,7 @@ def _boundaries(fractions: Sequence[float], increments: Sequence[float]) -> list
     bounds: list[float] = []
     grid = weights = density = None
     previous = 0.0
-    for t, target in zip(fractions, increments):
+    for t, target in zip(fractions, increments, strict=True):
         step = t - previous
         sd = math.sqrt(step)
         if grid is None:
@@ -89,8 +88,8 @@ def _boundaries(fractions: Sequence[float], increments: Sequence[float]) -> list
             if target <= 0 or crossing(_NO_BOUNDARY) >= target:
                 bound = _NO_BOUNDARY
             else:
-                bound = float(optimize.brentq(lambda c: crossing(c) - target, -_NO_BOUNDARY, _NO_BOUNDARY,
-                                              xtol=1e-10, rtol=1e-12))
+                bound = float(optimize.brentq(lambda c, target=target: crossing(c) - target,
+                                              -_NO_BOUNDARY, _NO_BOUNDARY, xtol=1e-10, rtol=1e-12))
         bounds.append(bound)
         top = min(bound * math.sqrt(t), _SPAN * math.sqrt(t))
         h = min(0.05, sd / 12)

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from skillevo.stats.estimate import Estimate, TaskEstimate, pct
+from skillevo.stats.estimate import Estimate, pct
 
 Run = tuple[float, bool]  # (metric, resolved)
 Stratum = tuple[Sequence[Run], Sequence[Run]]  # (incumbent runs, candidate runs) of one task
