@@ -86,3 +86,14 @@ def demo_incumbent(tmp_path_factory) -> tuple[Path, list[dict]]:
     tasks = ROOT / "tasks/tasks.yaml"
     rows = run_side(plan("incumbent", tasks, ROOT / "skills", None, p), p, out, quiet=True)
     return out, rows
+
+
+# The longest files first: `make test-full` hands whole files to its workers in collection order, so the
+# generations start at once and the short files fill in around them, instead of one worker finishing them alone.
+LONGEST_FIRST = ("test_pipeline.py", "test_pipeline_evolve.py", "test_pipeline_noise.py", "test_family.py",
+                 "test_auto_arm.py", "test_bench_demo.py")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: the rest keep their order
