@@ -27,7 +27,8 @@ def _results(root: Path, incumbent: list[dict], candidate: list[dict], improveme
     (results / "gate").mkdir()
     estimate = {"improvement_pct": improvement, "interval_pct": [improvement - 2, improvement + 2]}
     (results / "gate/promotion.json").write_text(json.dumps(
-        {"decisions": [{"candidate_arm": "candidate_auto", "decision": decision, "estimate": estimate}]}))
+        {"decisions": [{"candidate_arm": "candidate_auto", "decision": decision, "estimate": estimate,
+                        "reasons": ["the gate's reason"]}]}))
     return results
 
 
@@ -56,6 +57,16 @@ def test_a_generation_served_entirely_from_cache_paid_nothing(tmp_path):
     generations.archive(results, archive, started_at=START, ran=frozenset())  # `dvc repro` ran no stage
     report = generations.report(archive)
     assert "| 0.0000 (0) | 2.4000 (3) | reused |" in report and "nothing promoted" in report
+
+
+def test_make_report_after_make_demo_shows_the_generation_in_results(tmp_path, monkeypatch, capsys):
+    """`make demo` archives nothing: the report leads with the decision in results/, then the (empty) archive."""
+    _results(tmp_path, [_row(1, START, 1.0)], [_row(1, START, 0.9)], 12.0, "promote")
+    monkeypatch.chdir(tmp_path)
+    assert generations.main(["report"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("current generation (results/):\ndecision: promote\n  candidate_auto: promote")
+    assert "no generations archived yet" in out
 
 
 # ----------------------------------------------------------------------------------- the memory handed on

@@ -336,7 +336,7 @@ def parser() -> argparse.ArgumentParser:
     ev.add_argument("--dvc", default="dvc")
     ev.add_argument("--noise", choices=("none", "demo", "realistic"),
                     help="set params simulator.noise first (simulator backend only) [leave as is]")
-    sub.add_parser("report", help="a table of all archived generations")
+    sub.add_parser("report", help="the current generation's decision, then a table of all archived generations")
     sub.add_parser("status", help="the current generation's decision")
     return p
 
@@ -345,7 +345,10 @@ def run(args: argparse.Namespace) -> str | None:
     if args.command == "evolve":
         evolve(args.generations, args.dvc, args.noise)
         return None
-    return report() if args.command == "report" else status()
+    if args.command == "report":  # after `make demo` nothing is archived: the generation in results/ is news
+        current = status() if (RESULTS / "gate/promotion.json").is_file() else None
+        return "\n\n".join(part for part in (current and f"current generation (results/):\n{current}", report()) if part)
+    return status()
 
 
 def main(argv: list[str] | None = None) -> int:
