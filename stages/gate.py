@@ -3,8 +3,9 @@
 inputs:  <incumbent>/ and <candidate>/ (results.jsonl + bench.json: same task bindings, model, effort and
          served models), the freeze manifest (overlay digest, required arms, destination digests), and params
          `gate:` (metric, min_runs, min_improvement_pct, ...: schemas/params.schema.json gives each default).
-outputs: promotion.json (schemas/promotion.schema.json), report.md, metrics.json (`dvc metrics show`),
-         plots/tasks.csv (`dvc plots show`).
+outputs: promotion.json (schemas/promotion.schema.json), report.md, metrics.json (`dvc metrics show`: each
+         arm's decision and improvement, the sessions' cost), figures.json (every figure), plots/tasks.csv
+         (`dvc plots show`) and plots/improvement.svg.
 exit status: 0 whatever the decision (promote, keep_incumbent, insufficient_evidence); 2 on bad input.
 """
 

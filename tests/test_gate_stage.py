@@ -50,7 +50,8 @@ def test_help_documents_inputs_and_outputs():
     for text in (
         "--incumbent", "results/bench-incumbent", "--candidate", "results/bench-candidate", "--freeze",
         "results/freeze/manifest.json", "--params", "params.yaml", "--out", "results/gate", "results.jsonl",
-        "bench.json", "promotion.json", "report.md", "metrics.json", "plots/tasks.csv", "min_runs", "exit status",
+        "bench.json", "promotion.json", "report.md", "metrics.json", "figures.json", "plots/tasks.csv", "min_runs",
+        "exit status",
     ):
         assert text in result.stdout, text
 
@@ -78,7 +79,9 @@ def test_end_to_end_as_a_module(tmp_path: Path):
     assert "What cheaper means" in report and "per resolved task for the control" in report
     assert "Simulated" in report and "Per protocol" in report and "plots/improvement.svg" in report
 
-    metrics = json.loads((out / "metrics.json").read_text(encoding="utf-8"))
+    assert json.loads((out / "metrics.json").read_text(encoding="utf-8")) == {  # what `dvc metrics show` prints
+        "candidate_workflow": {"decision_code": 1, "improvement_pct": 8.33}, "sessions": 18, "cost_usd": 26.25}
+    metrics = json.loads((out / "figures.json").read_text(encoding="utf-8"))  # every figure, flat
     assert all(isinstance(v, int | float) and not isinstance(v, bool) for v in metrics.values())
     assert metrics["candidate_workflow.decision_code"] == 1
     assert metrics["candidate_workflow.improvement_pct"] == 8.33
@@ -107,6 +110,7 @@ def test_outputs_are_reproducible_apart_from_the_clock(tmp_path: Path, capsys):
         return (
             [line for line in report if not line.startswith("- generated ")],  # the only clock-dependent line
             (out / "metrics.json").read_bytes(),
+            (out / "figures.json").read_bytes(),
             (out / "plots" / "tasks.csv").read_bytes(),
             (out / "plots" / "improvement.svg").read_bytes(),
         )
@@ -118,7 +122,7 @@ def test_a_kept_incumbent_still_exits_zero(tmp_path: Path, capsys):
     assert stage.main(setup_inputs(tmp_path, candidate_costs=(1.3, 1.3, 1.3))) == 0
     assert capsys.readouterr().out.startswith("candidate_workflow: keep_incumbent")
     metrics = json.loads((tmp_path / "out" / "metrics.json").read_text(encoding="utf-8"))
-    assert metrics["candidate_workflow.decision_code"] == 0
+    assert metrics["candidate_workflow"]["decision_code"] == 0
 
 
 def test_a_main_loop_metric_warns_on_stderr(tmp_path: Path, capsys):

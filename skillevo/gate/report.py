@@ -1,5 +1,6 @@
-"""What people and DVC read from a gate run: report.md, metrics.json (`dvc metrics`), plots/tasks.csv
-(`dvc plots`) and plots/improvement.svg (a static picture beside report.md).
+"""What people and DVC read from a gate run: report.md, metrics.json (`dvc metrics`: a summary that fits a
+terminal), figures.json (every figure), plots/tasks.csv (`dvc plots`) and plots/improvement.svg (a static picture
+beside report.md).
 
 All of it is derived from promotion.json plus the raw rows (for what each side cost); none of it feeds back
 into the decision. The report leads with the decision, the estimated improvement and its interval.
@@ -38,10 +39,13 @@ SIMULATED_NOTICE = (
 
 def write_outputs(out_dir: Path, promotion: Mapping[str, Any], incumbent: Side, candidate: Side,
                   manifest: Mapping[str, Any] | None = None) -> list[str]:
-    """Write report.md, metrics.json, plots/tasks.csv and plots/improvement.svg; return one line per decision."""
+    """Write report.md, metrics.json (the few figures `dvc metrics show` prints), figures.json (every figure),
+    plots/tasks.csv and plots/improvement.svg; return one line per decision."""
     totals = {"incumbent": side_totals(incumbent.rows), "candidate": side_totals(candidate.rows)}
     _write(out_dir / "report.md", render_report(promotion, totals, manifest))
-    safefs.write_atomic(out_dir / "metrics.json", documents.dump_json(metrics(promotion, totals)))
+    every = metrics(promotion, totals)
+    safefs.write_atomic(out_dir / "metrics.json", documents.dump_json(summary(promotion, every)))
+    safefs.write_atomic(out_dir / "figures.json", documents.dump_json(every))
     _write(out_dir / "plots" / "tasks.csv", render_tasks_csv(promotion))
     _write(out_dir / "plots" / "improvement.svg", figures.improvement_svg(promotion))
     return [summary_line(decision) for decision in promotion["decisions"]]
@@ -74,6 +78,19 @@ def metrics(promotion: Mapping[str, Any], totals: Mapping[str, Mapping[str, floa
         for name, value in figures_.items():
             flat[f"{side}.{name}"] = value
     return flat
+
+
+def summary(promotion: Mapping[str, Any], every: Mapping[str, float | int]) -> dict[str, Any]:
+    """What `dvc metrics show` and `dvc metrics diff` print, nested by arm so it fits a terminal: each arm's
+    decision code and estimated improvement, and what the generation's sessions cost (figures.json has the rest)."""
+    out: dict[str, Any] = {}
+    for decision in promotion["decisions"]:
+        arm = decision["candidate_arm"]
+        out[arm] = {name: every[f"{arm}.{name}"] for name in ("decision_code", "improvement_pct")
+                    if f"{arm}.{name}" in every}
+    out["sessions"] = sum(every.get(f"{side}.sessions", 0) for side in ("incumbent", "candidate"))
+    out["cost_usd"] = round(sum(every.get(f"{side}.total_cost_usd", 0.0) for side in ("incumbent", "candidate")), 6)
+    return out
 
 
 def render_tasks_csv(promotion: Mapping[str, Any]) -> str:

@@ -347,7 +347,8 @@ def run(args: argparse.Namespace) -> str | None:
         return None
     if args.command == "report":  # after `make demo` nothing is archived: the generation in results/ is news
         current = status() if (RESULTS / "gate/promotion.json").is_file() else None
-        return "\n\n".join(part for part in (current and f"current generation (results/):\n{current}", report()) if part)
+        parts = (current and f"current generation (results/):\n{current}", report())
+        return "\n\n".join(part for part in parts if part)
     return status()
 
 
