@@ -140,46 +140,7 @@ class Store:
             raw = safefs.read_file(path, max_bytes=MAX_ENTRY_BYTES, what="cell store entry")
         except (BadInput, OSError) as e:
             raise Miss(str(e)) from None
-        try:
-            with gzip.GzipFile(fileobj=io.BytesIO(raw)) as z:
-                data = z.read(MAX_EXPANDED_BYTES + 1)
-        except (OSError, EOFError, gzip.BadGzipFile) as e:
-            raise Miss(f"{path}: not a gzip file ({e}) (rule: entry format)") from None
-        if len(data) > MAX_EXPANDED_BYTES:
-            raise Miss(f"{path}: expands beyond {MAX_EXPANDED_BYTES} bytes (rule: entry size)")
-        try:
-            entry = documents.parse_json(data, str(path))
-        except BadInput as e:
-            raise Miss(str(e)) from None
-        if not isinstance(entry, dict) or entry.get("format") != FORMAT or entry.get("key") != k:
-            raise Miss(f"{path}: not a {FORMAT} entry for key {k} (rule: entry format)")
-        if not isinstance(entry.get("material"), dict) or sha256_json(entry["material"]) != k:
-            raise Miss(f"{path}: its key material does not hash to its key (rule: content address)")
-        row = entry.get("row")
-        try:
-            validate(row, "result-row", f"{path}: row")
-        except BadInput as e:
-            raise Miss(str(e)) from None
-        arts = entry.get("artifacts")
-        if not isinstance(arts, dict) or set(arts) != _artifact_paths(row):
-            raise Miss(f"{path}: its artifacts are not exactly the transcripts and patch its row names "
-                       "(rule: artifacts)")
-        decoded = {}
-        for rel, text in arts.items():
-            try:
-                decoded[rel] = base64.b64decode(text, validate=True)
-            except (binascii.Error, TypeError, ValueError):
-                raise Miss(f"{path}: artifact {rel} is not base64 (rule: artifacts)") from None
-        metas = [*row["transcripts"], *([row["patch"]] if row["patch"] else [])]
-        for meta in metas:
-            data_ = decoded[meta["path"]]
-            if len(data_) != meta["bytes"] or sha256_bytes(data_) != meta["sha256"]:
-                raise Miss(f"{path}: artifact {meta['path']} does not match its row (rule: artifacts)")
-        try:  # the same check the gate makes on a whole side, made before a row is served
-            check_row_transcripts(row, path, f"{path}: row", lambda meta: decoded[meta["path"]])
-        except BadInput as e:
-            raise Miss(str(e)) from None
-        return {**entry, "artifacts": decoded}
+        return _decode(raw, path, k)
 
     def serve(self, spec: CellSpec, ctx: Context, max_age_days: float) -> CellResult:
         """The stored result of this cell, checked against it (Miss: pay for it)."""
@@ -282,6 +243,50 @@ def _remote_entries(fs: Any, base: str) -> set[str]:
     return names
 
 
+def _decode(raw: bytes, path: Path, k: str) -> dict[str, Any]:
+    """An entry's bytes, checked whole: what it says it is, under the key it is named by (Miss otherwise)."""
+    try:
+        with gzip.GzipFile(fileobj=io.BytesIO(raw)) as z:
+            data = z.read(MAX_EXPANDED_BYTES + 1)
+    except (OSError, EOFError, gzip.BadGzipFile) as e:
+        raise Miss(f"{path}: not a gzip file ({e}) (rule: entry format)") from None
+    if len(data) > MAX_EXPANDED_BYTES:
+        raise Miss(f"{path}: expands beyond {MAX_EXPANDED_BYTES} bytes (rule: entry size)")
+    try:
+        entry = documents.parse_json(data, str(path))
+    except BadInput as e:
+        raise Miss(str(e)) from None
+    if not isinstance(entry, dict) or entry.get("format") != FORMAT or entry.get("key") != k:
+        raise Miss(f"{path}: not a {FORMAT} entry for key {k} (rule: entry format)")
+    if not isinstance(entry.get("material"), dict) or sha256_json(entry["material"]) != k:
+        raise Miss(f"{path}: its key material does not hash to its key (rule: content address)")
+    row = entry.get("row")
+    try:
+        validate(row, "result-row", f"{path}: row")
+    except BadInput as e:
+        raise Miss(str(e)) from None
+    arts = entry.get("artifacts")
+    if not isinstance(arts, dict) or set(arts) != _artifact_paths(row):
+        raise Miss(f"{path}: its artifacts are not exactly the transcripts and patch its row names "
+                   "(rule: artifacts)")
+    decoded = {}
+    for rel, text in arts.items():
+        try:
+            decoded[rel] = base64.b64decode(text, validate=True)
+        except (binascii.Error, TypeError, ValueError):
+            raise Miss(f"{path}: artifact {rel} is not base64 (rule: artifacts)") from None
+    metas = [*row["transcripts"], *([row["patch"]] if row["patch"] else [])]
+    for meta in metas:
+        data_ = decoded[meta["path"]]
+        if len(data_) != meta["bytes"] or sha256_bytes(data_) != meta["sha256"]:
+            raise Miss(f"{path}: artifact {meta['path']} does not match its row (rule: artifacts)")
+    try:  # the same check the gate makes on a whole side, made before a row is served
+        check_row_transcripts(row, path, f"{path}: row", lambda meta: decoded[meta["path"]])
+    except BadInput as e:
+        raise Miss(str(e)) from None
+    return {**entry, "artifacts": decoded}
+
+
 def push(store: Store, fs: Any, base: str, *, quiet: bool = False) -> int:
     """Upload the entries the remote does not have (entries never change once written)."""
     missing = sorted(set(rel_paths(store)) - _remote_entries(fs, base))
@@ -298,16 +303,16 @@ def pull(store: Store, fs: Any, base: str, *, quiet: bool = False) -> tuple[int,
     fetched = dropped = 0
     for rel in tqdm(wanted, desc="cells pull", unit="entry", disable=quiet, file=sys.stderr):
         k = rel.rsplit("/", 1)[1].removesuffix(SUFFIX)
-        dest = store.path(k)
-        dest.parent.mkdir(parents=True, exist_ok=True)
-        tmp = dest.with_name(f".{dest.name}.{os.getpid()}.tmp")
-        fs.get_file(fs.join(base, rel), str(tmp))
-        os.replace(tmp, dest)
-        try:
-            store.read(k)
-            fetched += 1
+        remote, dest = fs.join(base, rel), store.path(k)
+        try:  # checked before it lands: a bench beside the pull never sees an entry that is not what it says
+            if fs.size(remote) > MAX_ENTRY_BYTES:
+                raise Miss(f"{rel}: larger than {MAX_ENTRY_BYTES} bytes (rule: entry size)")
+            raw = fs.cat_file(remote)
+            _decode(raw, dest, k)
         except Miss as e:
-            dest.unlink()
             dropped += 1
             print(f"cells pull: dropped {rel}: {e}", file=sys.stderr)
+            continue
+        safefs.write_atomic(dest, raw)  # the project's one atomic writer, as put() uses
+        fetched += 1
     return fetched, dropped
