@@ -22,6 +22,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from skillevo.core import errors
 from tests.apply_fixtures import Pipeline, git, make_pipeline
 from tests.bench_fixtures import ROOT
 from tests.gate_rows import CANDIDATE, INCUMBENT, runs, write_side
@@ -369,6 +370,7 @@ def test_a_hostile_input_is_refused_in_one_line_naming_file_and_rule(world: Worl
     assert len(lines) == 1, lines
     assert re.search(expected, lines[0]), lines[0]
     assert lines[0].startswith(f"{argv[2].removeprefix('stages.')}: refused: ")
+    assert errors.rule_of(lines[0]), lines[0]  # every refusal names the rule it applies
     assert not (world.tmp / "out").exists()  # refused before any output was started
     if argv[2] == "stages.apply":
         assert git(world.repo, "status", "--porcelain", "--", "skills", ".claude") == ""

@@ -46,7 +46,8 @@ class Inputs:
 
 def _require(path: Path, what: str) -> None:
     if not os.path.lexists(path):
-        raise ApplyRefused(f"{path}: missing ({what}); apply never re-runs earlier stages: {RERUN}")
+        raise ApplyRefused(f"{path}: missing ({what}); apply never re-runs earlier stages: {RERUN} "
+                           "(rule: inputs exist)")
 
 
 def load_inputs(paths: ApplyPaths, now: datetime, load_params: Callable[[], Params]) -> Inputs:
@@ -72,14 +73,14 @@ def load_inputs(paths: ApplyPaths, now: datetime, load_params: Callable[[], Para
         raise ApplyRefused(
             f"{manifest_path}: overlay_digest {manifest['overlay_digest'][:12]} is not the overlay "
             f"{paths.promotion} was decided on ({str(promotion['overlay_digest'])[:12]}): the promotion is stale; "
-            f"{RERUN}"
+            f"{RERUN} (rule: promotion matches freeze)"
         )
     model_now = models.binding(params.model)
     if (model_now, params.model.effort) != (bench["model"], bench["effort"]):
         raise ApplyRefused(
             f"{bench_path}: was benchmarked with model {bench['model']['name']!r} (effort {bench['effort']!r}) but "
             f"{params.source} now says {model_now['name']!r} (effort {params.model.effort!r}): the bench is stale; "
-            f"{RERUN}"
+            f"{RERUN} (rule: bench matches params)"
         )
     try:
         validate_for_apply(promotion, pipeline_bindings(manifest, candidate.bench, params.gate), now)

@@ -7,12 +7,27 @@ that finds the machine unfit raises BrokenEnvironment; nothing else needs to kno
 
 from __future__ import annotations
 
+import re
+
+_RULE = re.compile(r"\(rule: ([^()]+)\)")
+
+
+def rule_of(message: str) -> str | None:
+    """The rule a message says was broken: its last `(rule: ...)`, as every refusal writes it; None if it names
+    none. Tests and tools read this field rather than matching the prose around it."""
+    found = _RULE.findall(message)
+    return found[-1].strip() if found else None
+
 
 class SkillevoError(Exception):
     """Base of every error skillevo raises on purpose."""
 
     exit_code = 1
     label = "failed"
+
+    @property
+    def rule(self) -> str | None:
+        return rule_of(str(self))
 
 
 class BadInput(SkillevoError, ValueError):

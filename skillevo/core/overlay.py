@@ -122,7 +122,8 @@ def validate(files: Mapping[str, bytes], family: Mapping[str, bytes], evolvable:
         if len(parts) < 2:
             raise _refuse(rel, "files belong in a skill directory, <skill>/<path> (rule: files under a skill)")
         if parts[0] not in evolvable:
-            raise _refuse(rel, f"skill {parts[0]!r} is not evolvable (params skills.evolvable: {sorted(evolvable)})")
+            raise _refuse(rel, f"skill {parts[0]!r} is not evolvable (params skills.evolvable: {sorted(evolvable)}) "
+                                  "(rule: evolvable skills)")
         if parts[0] not in skills:
             raise _refuse(rel, f"skill {parts[0]!r} does not exist in {skills_dir} (rule: no new skills)")
         note = _scope(rel, family, executables, overlay_executables, limits, skills_dir)

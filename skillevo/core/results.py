@@ -52,7 +52,7 @@ SIDES = ("incumbent", "candidate")
 RESULTS_FILE = "results.jsonl"
 BENCH_FILE = "bench.json"
 MAX_ARTIFACT_BYTES = 64 << 20
-MISMATCH = "does not match its row (size or sha256 differs)"
+MISMATCH = "does not match its row (size or sha256 differs) (rule: transcripts match rows)"
 
 
 class ArtifactMismatch(BadInput):

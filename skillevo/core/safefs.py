@@ -71,7 +71,7 @@ def read_file(path: str | Path, *, max_bytes: int, what: str = "file") -> bytes:
     try:
         return read_at(None, path, str(path), max_bytes=max_bytes, what=what)
     except FileNotFoundError:
-        raise BadInput(f"{path}: {what} does not exist") from None
+        raise BadInput(f"{path}: {what} does not exist (rule: inputs exist)") from None
     except IsADirectoryError:
         raise BadInput(f"{path}: {what} is a directory, not a file") from None
 
@@ -133,7 +133,7 @@ def read_below(root: str | Path, rel: str, *, max_bytes: int, what: str = "file"
         finally:
             os.close(fd)
     except FileNotFoundError:
-        raise BadInput(f"{where}: {what} does not exist") from None
+        raise BadInput(f"{where}: {what} does not exist (rule: inputs exist)") from None
     except IsADirectoryError:
         raise BadInput(f"{where}: {what} is a directory, not a file") from None
 
@@ -163,7 +163,7 @@ def walk(root: str | Path, *, ignore: frozenset[str] = frozenset(), max_entries:
         if e.errno in (errno.ELOOP, errno.ENOTDIR):
             raise BadInput(f"{root}: must be a directory reached without symlinks (rule: no symlinks)") from None
         if e.errno == errno.ENOENT:
-            raise BadInput(f"{root}: directory does not exist") from None
+            raise BadInput(f"{root}: directory does not exist (rule: inputs exist)") from None
         raise
     count = 0
 

@@ -85,7 +85,8 @@ def _resolve_target(raw: dict, base: Path, roots: tuple[Path, ...], source: Path
     if target.is_symlink() or not target.is_dir():
         raise _fail(tid, "target", f"{raw['target']} must be an existing directory, not a symlink", source)
     if (target / ".claude").exists():
-        raise _fail(tid, "target", "the target contains .claude/; the bench installs the skills itself", source)
+        raise _fail(tid, "target", "the target contains .claude/; the bench installs the skills itself "
+                    "(rule: skill-free targets)", source)
     if (target / ".git").exists():
         ref = raw.get("ref", "HEAD")
         out = subprocess.run(["git", "-C", str(target), "rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}"],
@@ -94,7 +95,8 @@ def _resolve_target(raw: dict, base: Path, roots: tuple[Path, ...], source: Path
             raise _fail(tid, "ref", f"{ref!r} does not name a commit in {raw['target']}", source)
         return target, "git", out.stdout.strip()
     if "ref" in raw:
-        raise _fail(tid, "ref", "ref applies to git targets only; this target is a plain directory", source)
+        raise _fail(tid, "ref", "ref applies to git targets only; this target is a plain directory "
+                    "(rule: refs on git targets)", source)
     try:
         return target, "dir", framed_digest(dir_entries(target))
     except BadInput as e:
@@ -156,7 +158,7 @@ def load(path: str | Path, *, target_roots: Iterable[str | Path] = ()) -> list[T
     tasks, seen = [], set()
     for raw in doc["tasks"]:
         if raw["id"] in seen:
-            raise _fail(raw["id"], "id", "duplicate task id", source)
+            raise _fail(raw["id"], "id", "duplicate task id (rule: unique task ids)", source)
         seen.add(raw["id"])
         target, kind, tree = _resolve_target(raw, base, roots, source)
         oracle = _oracle_files(raw, oracle_root, source)

@@ -215,12 +215,13 @@ def _check_timestamps(promotion: Mapping[str, Any], now: datetime) -> None:
     generated = _parse_time(promotion, "generated_at")
     expires = _parse_time(promotion, "evidence_expires_at")
     if generated > now + CLOCK_SKEW:
-        raise PromotionRefused(f"generated_at: {promotion['generated_at']} is in the future")
+        raise PromotionRefused(f"generated_at: {promotion['generated_at']} is in the future (rule: no future times)")
     if expires > generated + timedelta(days=promotion["policy"]["max_age_days"]):
         raise PromotionRefused(f"evidence_expires_at: {promotion['evidence_expires_at']} is more than max_age_days "
                                "after the promotion was made")
     if now > expires:
-        raise PromotionRefused(f"evidence_expires_at: the evidence expired at {promotion['evidence_expires_at']}")
+        raise PromotionRefused(f"evidence_expires_at: the evidence expired at {promotion['evidence_expires_at']} "
+                               "(rule: evidence max age)")
 
 
 def _check_decisions(promotion: Mapping[str, Any]) -> None:
@@ -276,7 +277,7 @@ def _check_aggregate(agg: Mapping[str, Any], where: str) -> None:
         raise PromotionRefused(f"{where}.samples: resolved samples do not add up to resolved")
     for metric in GATE_METRICS:
         if agg[metric] != median([s[metric] for s in samples]):
-            raise PromotionRefused(f"{where}.{metric}: is not the median of its samples")
+            raise PromotionRefused(f"{where}.{metric}: is not the median of its samples (rule: promotion recomputes)")
 
 
 def first_difference(stored: Any, expected: Any, path: str) -> str | None:
