@@ -285,7 +285,7 @@ def test_a_transcript_that_does_not_match_its_row_is_refused(tmp_path: Path):
     [refusal] = [d for d in bundle.manifest["dropped"] if d["what"].startswith("row t1/candidate_workflow")]
     assert refusal == {"what": "row t1/candidate_workflow/run1 (bench-candidate:1)",
                        "reason": f"refused: bench-candidate/{first['transcripts'][0]['path']}: does not match "
-                                 "its row (size or sha256 differs)"}
+                                 "its row (size or sha256 differs) (rule: transcripts match rows)"}
     assert str(tmp_path) not in bundle.manifest_bytes.decode()
 
 
