@@ -56,10 +56,23 @@ def sessions(log: Path) -> int:
     return len(log.read_text().splitlines()) if log.exists() else 0
 
 
+# The module's generation is the demo at 6 candidate runs a task (3 on the incumbent side), with the gate's tails
+# rule sized to it: the mechanics below need a promotion, not the full demo's power, and a 2-core CI pays the
+# generation once per worker. `make demo` itself runs at full size in the container (.ci/image.sh).
+SMALL = {("sampling", "runs"): 6, ("sampling", "incumbent_runs"): 3, ("gate", "min_total_runs"): 18}
+
+
+def small_demo(clone: Path) -> None:
+    for (section, key), value in SMALL.items():
+        config.set_value(clone / "params.yaml", section, key, value)
+    run(["git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qam", "the demo, at test size"], clone)
+
+
 @pytest.fixture(scope="module")
 def demo(tmp_path_factory) -> dict:
     root = tmp_path_factory.mktemp("pipeline")
     clone = clone_of_worktree(root / "clone")
+    small_demo(clone)
     log = root / "sessions.log"
     output = make(clone, "demo", SKILLEVO_SIMULATOR_SESSION_LOG=str(log))
     return {"root": root, "clone": clone, "output": output, "sessions": sessions(log)}
@@ -69,15 +82,15 @@ def test_fresh_clone_make_demo_promotes_the_candidate_without_the_wasteful_line(
     assert "decision: promote" in demo["output"]
     order = re.findall(r"Running stage '([^']+)'", demo["output"])
     assert order == ["bench@incumbent", "preflight", "evidence", "propose", "freeze", "bench@candidate", "gate"]
-    assert "preflight: 14 runs per (task, arm) on 3 gate task(s) detect a saving per resolved task of" in demo["output"]
+    assert "preflight: 6 runs per (task, arm) on 3 gate task(s) detect a saving per resolved task of" in demo["output"]
     promotion = json.loads((demo["clone"] / "results/gate/promotion.json").read_text())
     assert [d["decision"] for d in promotion["decisions"]] == ["promote", "promote"]
     assert promotion["backend"]["simulated"] is True
     frozen = (demo["clone"] / "results/freeze/overlay/work/SKILL.md").read_text()
     assert WASTEFUL not in frozen and WASTEFUL in (demo["clone"] / "skills/work/SKILL.md").read_text()
-    # incumbent: 4 tasks x 5 runs x 4 sessions (workflow 2, auto 1, baseline 1); candidate: the 3 gate tasks x 14
+    # incumbent: 4 tasks x 3 runs x 4 sessions (workflow 2, auto 1, baseline 1); candidate: the 3 gate tasks x 6
     # runs, each candidate arm and its control (workflow 2 + 2, auto 1 + 1); 1 proposer
-    assert demo["sessions"] == 4 * 5 * 4 + 3 * 14 * 6 + 1
+    assert demo["sessions"] == 4 * 3 * 4 + 3 * 6 * 6 + 1
     report = (demo["clone"] / "results/gate/report.md").read_text()
     assert re.search(r"candidate_workflow: promote\*\* — cost_usd per resolved task \d+\.\d% cheaper \(92% interval "
                      r"\d+\.\d% to \d+\.\d%", report), report[:600]
@@ -90,8 +103,11 @@ def test_make_plots_writes_a_page_that_renders_without_a_network(demo):
     assert "plots: results/plots/index.html" in out
     assert not re.search(r"<script[^>]+src=", page) and "cdn." not in page  # nothing fetched when opened
     spec = json.loads(re.search(r"var spec = (\{.*?\});\n", page).group(1))
-    assert spec["encoding"]["x"]["field"] == "improvement_pct" and spec["encoding"]["x"]["type"] == "quantitative"
-    assert spec["encoding"]["y"]["field"] == "label"  # one bar per task and arm: the arms are told apart
+    assert spec["encoding"]["y"]["field"] == "task" and spec["encoding"]["y"]["axis"]["labelLimit"] == 0  # whole
+    assert spec["encoding"]["color"]["field"] == spec["encoding"]["yOffset"]["field"] == "arm"  # arms told apart
+    interval, estimate = spec["layer"][:2]  # .dvc/plots/improvement.json: each arm's interval, then its estimate
+    assert (interval["encoding"]["x"]["field"], interval["encoding"]["x2"]["field"]) == ("low", "high")
+    assert estimate["encoding"]["x"]["field"] == "estimate"
     # render the page's own spec with the libraries it inlines, in node with no network: an SVG with every bar
     modules = next((ROOT / ".tools").glob("vega-*/node_modules"))
     js = ("const vl=require('vega-lite'),vega=require('vega');new vega.View(vega.parse(vl.compile("
@@ -100,7 +116,8 @@ def test_make_plots_writes_a_page_that_renders_without_a_network(demo):
                          env={"NODE_PATH": str(modules), "PATH": os.environ["PATH"]},
                          capture_output=True, text=True, check=True).stdout
     for row in spec["data"]["values"]:
-        assert row["label"] in svg
+        assert row["task"] in svg
+    assert svg.count("<line") >= len(spec["data"]["values"])  # an interval's rule per task and arm
 
 
 def test_second_repro_with_nothing_changed_runs_no_stage(demo):
