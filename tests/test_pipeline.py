@@ -185,7 +185,7 @@ def test_a_bench_killed_with_its_stage_or_its_dvc_resumes_paying_for_no_finished
 
     clone = tmp_path / "clone"
     shutil.copytree(demo["clone"], clone, symlinks=True)
-    config.set_value(clone / "params.yaml", "sampling", "incumbent_runs", 6)  # runs 1-5 are stored: run 6 is new
+    config.set_value(clone / "params.yaml", "sampling", "incumbent_runs", 4)  # runs 1-3 are stored: run 4 is new
     before = _store_keys(clone)
     # under dash, the shell that does not exec a lone command: DVC runs stage commands with $SHELL
     proc = subprocess.Popen([DVC, "repro", "bench@incumbent"], cwd=clone, env=_env(SHELL="/bin/sh"),
@@ -211,24 +211,25 @@ def test_a_bench_killed_with_its_stage_or_its_dvc_resumes_paying_for_no_finished
     out = run([DVC, "repro", "bench@incumbent"], clone)
     assert "bench@incumbent" in ran(out)
     bench = json.loads((side / "bench.json").read_text())
-    total = 4 * 3 * 6  # tasks x arms x runs
-    assert bench["cell_store"]["paid"] == 4 * 3 - len(finished)  # only run 6's unfinished cells
+    total = 4 * 3 * 4  # tasks x arms x runs
+    assert bench["cell_store"]["paid"] == 4 * 3 - len(finished)  # only run 4's unfinished cells
     assert bench["cell_store"]["served"] == total - bench["cell_store"]["paid"]
     rows = [json.loads(line) for line in (side / "results.jsonl").read_text().splitlines()]
     assert len(rows) == total == len({(r["task"], r["arm"], r["run"]) for r in rows})
     assert not list(side.parent.glob(".bench-incumbent.staging-*"))
     assert "bench@incumbent" not in run([DVC, "status"], clone)
     # make gc, then the configuration DVC recorded before: served by the run-cache, nothing runs or is paid
-    config.set_value(clone / "params.yaml", "sampling", "incumbent_runs", 5)
+    config.set_value(clone / "params.yaml", "sampling", "incumbent_runs", 3)
     assert ran(run([DVC, "repro"], clone)) <= {"preflight"}
     assert "removed" in make(clone, "gc")
-    config.set_value(clone / "params.yaml", "sampling", "incumbent_runs", 6)
+    config.set_value(clone / "params.yaml", "sampling", "incumbent_runs", 4)
     out = run([DVC, "repro", "bench@incumbent"], clone)
     assert ran(out) == set() and "Stage 'bench@incumbent' is cached" in out
 
 
 def _reproduce_elsewhere(demo: dict, dest: Path, remote_setup: list[list[str]], **env: str) -> tuple[str, int]:
     clone = clone_of_worktree(dest)
+    small_demo(clone)  # the teammate's checkout holds what the demo's did: the same params, committed
     for cmd in remote_setup:
         run([DVC, *cmd], clone, **env)
     log = dest.parent / f"{dest.name}-sessions.log"

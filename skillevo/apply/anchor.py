@@ -16,6 +16,7 @@ from typing import Any
 
 from skillevo.apply.common import ApplyRefused
 from skillevo.core import documents, dvcfiles, safefs
+from skillevo.core.errors import BadInput
 
 LOCK = dvcfiles.LOCK
 MAX_OUTPUT_BYTES = 1 << 30
@@ -29,13 +30,13 @@ def _md5(data: bytes) -> str:
 def _recorded(repo: Path) -> dict[str, str]:
     """Every output path dvc.lock records, with its md5 (`<md5>.dir` for a directory)."""
     lock = repo / LOCK
-    if not os.path.lexists(lock):
+    try:
+        stages = dvcfiles.lock_stages(repo)
+    except BadInput as e:
+        raise ApplyRefused(f"{str(e).removesuffix(' (rule: DVC lock format)')} {_RULE}") from None
+    if stages is None:
         raise ApplyRefused(f"{lock}: missing; apply checks the pipeline's outputs against what DVC recorded for them "
                            f"(run `dvc repro`; commit dvc.lock) {_RULE}")
-    doc = documents.load_yaml(lock, what="DVC lock file")
-    stages = doc.get("stages") if isinstance(doc, dict) else None
-    if not isinstance(stages, dict):
-        raise ApplyRefused(f"{lock}: not a DVC lock file (no stages) {_RULE}")
     outs: dict[str, str] = {}
     for stage in stages.values():
         for out in (stage.get("outs") or []) if isinstance(stage, dict) else []:

@@ -4,7 +4,12 @@ or the system's DVC config (a cache shared between checkouts), so it is asked of
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
+from typing import Any
+
+from skillevo.core import documents
+from skillevo.core.errors import BadInput
 
 LOCK = "dvc.lock"
 
@@ -31,3 +36,15 @@ def object_path(repo: Path, md5: str) -> Path:
 
 def run_cache(repo: Path) -> Path:
     return cache_dir(repo) / "runs"
+
+
+def lock_stages(repo: Path) -> dict[str, Any] | None:
+    """dvc.lock's stages by name; None when there is no lock file. BadInput when it is not a lock file."""
+    lock = repo / LOCK
+    if not os.path.lexists(lock):
+        return None
+    doc = documents.load_yaml(lock, what="DVC lock file")
+    stages = doc.get("stages") if isinstance(doc, dict) else None
+    if not isinstance(stages, dict):
+        raise BadInput(f"{lock}: not a DVC lock file (no stages) (rule: DVC lock format)")
+    return stages

@@ -81,9 +81,7 @@ def _closure(files: Path, hashes: Iterable[str]) -> tuple[set[str], bool]:
 
 
 def _lock_entries(repo: Path) -> Iterator[Any]:
-    lock = repo / dvcfiles.LOCK
-    if lock.is_file():
-        yield from (documents.load_yaml(lock, what="dvc.lock").get("stages") or {}).values()
+    yield from (dvcfiles.lock_stages(repo) or {}).values()
     for tracked in repo.rglob("*.dvc"):
         if ".dvc" not in tracked.relative_to(repo).parts[:-1] and tracked.is_file():
             yield documents.load_yaml(tracked, what="DVC file")
