@@ -147,6 +147,7 @@ for setting in sampling.runs=6 sampling.incumbent_runs=3 gate.min_total_runs=18;
   "$venv/bin/python" -c 'import sys; from skillevo.core import config; config.set_value(sys.argv[1], *sys.argv[2].split("."), int(sys.argv[3]))' \
     "$worktree/params.yaml" "$key" "${setting#*=}"
 done
+[ -d "$worktree/.git" ] || fail "$worktree/.git is not a repository of its own (a linked worktree?): run from a clone"
 git -C "$worktree" -c user.name=ci -c user.email=ci@localhost commit -qam "the demo at test size"
 chown -R "$image_uid:$image_uid" "$worktree"       # owned by the image's user: the container runs as it
 make --no-print-directory image-demo CONTAINER_ENGINE=podman IMAGE="$image" IMAGE_UID="$image_uid" \
