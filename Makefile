@@ -114,14 +114,15 @@ lint: setup
 	$(PY) -m ruff check skillevo stages tests benchmarks
 
 # Two tiers (docs/testing.md): `test` is everything that needs no CLI, bubblewrap or Ray (minutes, in-process);
-# `test-full` is all of it, end to end, in WORKERS processes (a test file stays on one worker: module fixtures).
+# `test-full` is all of it, end to end, in WORKERS processes (a test file stays on one worker: module fixtures),
+# handed out in collection order (tests/conftest.py puts the generations first), not xdist's most-tests-first.
 FAST = not cli and not bwrap and not ray
 WORKERS ?= 2
 test: setup
 	$(PY) -m pytest -q -m "$(FAST)" $(PYTEST_ARGS)
 
 test-full: setup
-	$(PY) -m pytest -q -n $(WORKERS) --dist loadfile $(PYTEST_ARGS)
+	$(PY) -m pytest -q -n $(WORKERS) --dist loadfile --no-loadscope-reorder $(PYTEST_ARGS)
 
 bench-session: setup
 	$(PY) -m benchmarks.session_overhead
