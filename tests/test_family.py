@@ -47,6 +47,7 @@ def _install(clone: Path) -> None:
     # mechanics, not statistics (tests/test_gate_study.py has those): 3 runs keep CI short, and 9 runs per arm
     # bound a resolution drop only within 40 points (docs/gate.md)
     config.set_value(clone / "params.yaml", "sampling", "runs", 3)
+    config.set_value(clone / "params.yaml", "sampling", "incumbent_runs", 3)
     config.set_value(clone / "params.yaml", "gate", "max_resolution_drop_pct", 40)
     config.set_value(clone / "params.yaml", "gate", "min_total_runs", 9)  # the tails rule, at this test's size
     (clone / "tasks/playbooks/demo.yaml").write_text(yaml.safe_dump(playbook(), sort_keys=False))
