@@ -90,12 +90,16 @@ class SocketWatch(threading.Thread):
         super().__init__(daemon=True)
         self.marker, self.stop, self.bad = marker, threading.Event(), set()
         self.listening: set[str] = set()
-        # processes an earlier test on this worker left running are not this bench's (xdist: a worker runs many)
-        self.before = process_tree({os.getpid()}) - {os.getpid()}
+        # processes an earlier test on this worker left running are not this bench's (xdist: a worker runs many);
+        # the cluster's own are always watched, whenever they started
+        self.before = process_tree({os.getpid()}) - {os.getpid()} - self._cluster()
+
+    def _cluster(self) -> set[int]:
+        return _cluster_pids(self.marker) if self.marker else set()
 
     def check(self) -> None:
-        cluster = _cluster_pids(self.marker) if self.marker else set()
-        for state, local, peer, owner in _sockets((cluster | process_tree({os.getpid()})) - self.before):
+        mine = process_tree({os.getpid()}) - self.before
+        for state, local, peer, owner in _sockets(self._cluster() | mine):
             if state in ("LISTEN", "UNCONN"):
                 self.listening.add(owner.split("/")[0])
                 if not _loopback(local):
