@@ -37,10 +37,12 @@ def _overlay(root: Path) -> Path:
 
 
 def test_a_damaged_description_is_kept_out_by_the_auto_arm(tmp_path):
-    # the demo's gate tasks, mild noise as in the demo; 3 runs (gate.min_runs) and no baseline keep it short, so
-    # the resolution margin is widened to what 9 runs per arm can bound (the demo's 20 points need 14), and the gate
-    # is told to trust a cost test on 9 runs an arm (the demo's 40 guard against tails this test is not about)
-    p = params(runs=3, simulator={"noise": "demo", "seed": 0},
+    # the demo's gate tasks, mild noise as in the demo; 3 runs (gate.min_runs), no baseline and one incumbent run
+    # keep it short (the gate reads only the candidate side, each arm beside its control; the incumbent side is
+    # bound, not measured), so the resolution margin is widened to what 9 runs per arm can bound (the demo's 20
+    # points need 14), and the gate is told to trust a cost test on 9 runs an arm (the demo's 40 guard against
+    # tails this test is not about)
+    p = params(runs=3, simulator={"noise": "demo", "seed": 0}, sampling={"incumbent_runs": 1},
                gate={"max_resolution_drop_pct": 40, "min_total_runs": 9},
                tasks={"gate": ["ledger-currencies", "ledger-discount-tax", "textstats-sentence-length"],
                       "evidence": ["textstats-unique-words"]})

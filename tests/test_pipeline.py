@@ -58,7 +58,7 @@ def sessions(log: Path) -> int:
 
 # The module's generation is the demo at 6 candidate runs a task (3 on the incumbent side), with the gate's tails
 # rule sized to it: the mechanics below need a promotion, not the full demo's power, and a 2-core CI pays the
-# generation once per worker. `make demo` itself runs at full size in the container (.ci/image.sh).
+# generation once per worker.
 SMALL = {("sampling", "runs"): 6, ("sampling", "incumbent_runs"): 3, ("gate", "min_total_runs"): 18}
 
 

@@ -94,7 +94,9 @@ def test_evolve_hands_every_rejection_on_leaves_dvc_clean_and_a_teammate_reprodu
 def test_evolve_confirms_a_promotion_with_a_fresh_replicate_before_it_is_final(tmp_path):
     clone = clone_of_worktree(tmp_path / "clone")
     doc = yaml.safe_load((clone / "params.yaml").read_text())
-    # mechanics, not statistics: one gate task of 10 runs, and a gate told that 10 runs an arm are enough
+    # mechanics, not statistics: one arm (auto: one session a run), one gate task of 10 runs, and a gate told that
+    # 10 runs an arm are enough
+    doc["arms"] = {"auto": doc["arms"]["auto"]}
     doc["sampling"].update(runs=10, incumbent_runs=2)
     doc["gate"].update(min_total_runs=10, max_resolution_drop_pct=30)
     doc["sampling"]["sequential"].update(min_total_runs=10, max_resolution_drop_pct=30)
