@@ -56,15 +56,19 @@ def sessions(log: Path) -> int:
     return len(log.read_text().splitlines()) if log.exists() else 0
 
 
-# The module's generation is the demo at 6 candidate runs a task (3 on the incumbent side), with the gate's tails
-# rule sized to it: the mechanics below need a promotion, not the full demo's power, and a 2-core CI pays the
-# generation once per worker.
+# The module's generation is the demo with its auto arm alone (one session a run), at 6 candidate runs a task (3
+# on the incumbent side), with the gate's tails rule sized to it: the mechanics below need a promotion, not the full
+# demo's power or every arm (the workflow arm's generations: test_pipeline_evolve.py, test_pipeline_noise.py), and
+# CI has 30 minutes on 2 cores.
 SMALL = {("sampling", "runs"): 6, ("sampling", "incumbent_runs"): 3, ("gate", "min_total_runs"): 18}
 
 
 def small_demo(clone: Path) -> None:
+    doc = yaml.safe_load((clone / "params.yaml").read_text())
+    doc["arms"] = {"auto": doc["arms"]["auto"]}
     for (section, key), value in SMALL.items():
-        config.set_value(clone / "params.yaml", section, key, value)
+        doc[section][key] = value
+    (clone / "params.yaml").write_text(yaml.safe_dump(doc, sort_keys=False))
     run(["git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qam", "the demo, at test size"], clone)
 
 
@@ -84,15 +88,15 @@ def test_fresh_clone_make_demo_promotes_the_candidate_without_the_wasteful_line(
     assert order == ["bench@incumbent", "preflight", "evidence", "propose", "freeze", "bench@candidate", "gate"]
     assert "preflight: 6 runs per (task, arm) on 3 gate task(s) detect a saving per resolved task of" in demo["output"]
     promotion = json.loads((demo["clone"] / "results/gate/promotion.json").read_text())
-    assert [d["decision"] for d in promotion["decisions"]] == ["promote", "promote"]
+    assert [(d["candidate_arm"], d["decision"]) for d in promotion["decisions"]] == [("candidate_auto", "promote")]
     assert promotion["backend"]["simulated"] is True
     frozen = (demo["clone"] / "results/freeze/overlay/work/SKILL.md").read_text()
     assert WASTEFUL not in frozen and WASTEFUL in (demo["clone"] / "skills/work/SKILL.md").read_text()
-    # incumbent: 4 tasks x 3 runs x 4 sessions (workflow 2, auto 1, baseline 1); candidate: the 3 gate tasks x 6
-    # runs, each candidate arm and its control (workflow 2 + 2, auto 1 + 1); 1 proposer
-    assert demo["sessions"] == 4 * 3 * 4 + 3 * 6 * 6 + 1
+    # incumbent: 4 tasks x 3 runs x 1 session; candidate: the 3 gate tasks x 6 runs, the candidate arm and its
+    # control; 1 proposer
+    assert demo["sessions"] == 4 * 3 + 3 * 6 * 2 + 1
     report = (demo["clone"] / "results/gate/report.md").read_text()
-    assert re.search(r"candidate_workflow: promote\*\* — cost_usd per resolved task \d+\.\d% cheaper \(92% interval "
+    assert re.search(r"candidate_auto: promote\*\* — cost_usd per resolved task \d+\.\d% cheaper \(92% interval "
                      r"\d+\.\d% to \d+\.\d%", report), report[:600]
     assert "What cheaper means" in report
 
@@ -185,7 +189,7 @@ def test_a_bench_killed_with_its_stage_or_its_dvc_resumes_paying_for_no_finished
 
     clone = tmp_path / "clone"
     shutil.copytree(demo["clone"], clone, symlinks=True)
-    config.set_value(clone / "params.yaml", "sampling", "incumbent_runs", 4)  # runs 1-3 are stored: run 4 is new
+    config.set_value(clone / "params.yaml", "sampling", "incumbent_runs", 6)  # runs 1-3 are stored: 4-6 are new
     before = _store_keys(clone)
     # under dash, the shell that does not exec a lone command: DVC runs stage commands with $SHELL
     proc = subprocess.Popen([DVC, "repro", "bench@incumbent"], cwd=clone, env=_env(SHELL="/bin/sh"),
@@ -211,8 +215,8 @@ def test_a_bench_killed_with_its_stage_or_its_dvc_resumes_paying_for_no_finished
     out = run([DVC, "repro", "bench@incumbent"], clone)
     assert "bench@incumbent" in ran(out)
     bench = json.loads((side / "bench.json").read_text())
-    total = 4 * 3 * 4  # tasks x arms x runs
-    assert bench["cell_store"]["paid"] == 4 * 3 - len(finished)  # only run 4's unfinished cells
+    total = 4 * 1 * 6  # tasks x arms x runs
+    assert bench["cell_store"]["paid"] == 4 * 3 - len(finished)  # only the new runs' unfinished cells
     assert bench["cell_store"]["served"] == total - bench["cell_store"]["paid"]
     rows = [json.loads(line) for line in (side / "results.jsonl").read_text().splitlines()]
     assert len(rows) == total == len({(r["task"], r["arm"], r["run"]) for r in rows})
@@ -222,7 +226,7 @@ def test_a_bench_killed_with_its_stage_or_its_dvc_resumes_paying_for_no_finished
     config.set_value(clone / "params.yaml", "sampling", "incumbent_runs", 3)
     assert ran(run([DVC, "repro"], clone)) <= {"preflight"}
     assert "removed" in make(clone, "gc")
-    config.set_value(clone / "params.yaml", "sampling", "incumbent_runs", 4)
+    config.set_value(clone / "params.yaml", "sampling", "incumbent_runs", 6)
     out = run([DVC, "repro", "bench@incumbent"], clone)
     assert ran(out) == set() and "Stage 'bench@incumbent' is cached" in out
 
