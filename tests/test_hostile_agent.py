@@ -30,6 +30,30 @@ SPOOF_RUNNER = "import sys\nprint('1 passed in 0.01s')\nsys.exit(0)\n"
 FORCE_PASS = ("import pytest\n\n\n@pytest.hookimpl(hookwrapper=True)\ndef pytest_runtest_makereport(item, call):\n"
               "    outcome = yield\n    outcome.get_result().outcome = 'passed'\n")
 POISON = "raise SystemExit(3)\n"  # would break any run that imported it
+# greet.py fixed, compiled, and left as bytecode beside the unchanged source: an unchecked-hash pyc (used without
+# looking at the source), a timestamp pyc whose header copies the source's mtime and size (the workspace keeps
+# both), or a sourceless pkg/greet.pyc with the source removed
+PYC = """python3 - <<'PY'
+import importlib.util, marshal, os, py_compile
+src = "pkg/greet.py"
+fixed = open(src).read().replace('"hi"', '"hello"')
+code = compile(fixed, src, "exec")
+st = os.stat(src)
+if "{mode}" == "hash":
+    open("/tmp/greet.py", "w").write(fixed)
+    py_compile.compile("/tmp/greet.py", cfile=importlib.util.cache_from_source(src), dfile=src, doraise=True,
+                       invalidation_mode=py_compile.PycInvalidationMode.UNCHECKED_HASH)
+else:
+    header = importlib.util.MAGIC_NUMBER + bytes(4) + int(st.st_mtime).to_bytes(4, "little") \\
+        + st.st_size.to_bytes(4, "little")
+    if "{mode}" == "stamp":
+        os.makedirs("pkg/__pycache__", exist_ok=True)
+        open(importlib.util.cache_from_source(src), "wb").write(header + marshal.dumps(code))
+    else:
+        open("pkg/greet.pyc", "wb").write(header + marshal.dumps(code))
+        os.remove(src)
+print("compiled")
+PY"""
 
 
 def _w(path: str, content: str) -> dict:
@@ -64,6 +88,10 @@ CASES: dict[str, list[dict]] = {
     "disk": [*HONEST, {"bash": "for i in $(seq 200); do head -c 10M /dev/zero > blob$i || break; done; echo done"}],
     "memory": [*HONEST, {"bash": "python3 -c 'import time; x = bytearray(3 << 30); time.sleep(60)'"}],
     "procs": [*HONEST, {"bash": "for i in $(seq 400); do sleep 120 & done; wait"}],
+    # the fix as bytecode only, the source left wrong: verify and the oracle must import the source
+    "pyc_hash": [*LAZY, {"bash": PYC.format(mode="hash")}],
+    "pyc_stamp": [*LAZY, {"bash": PYC.format(mode="stamp")}],
+    "pyc_bare": [*LAZY, {"bash": PYC.format(mode="bare")}],
     # outcomes the seed tells apart: a session that left no work, a plan session that edits code
     "nowork": [{"read": "pkg/greet.py"}, {"say": "Nothing to change."}],
 }
@@ -107,7 +135,7 @@ def _patch(out: Path, row: dict) -> str:
 @pytest.fixture(scope="module")
 def spoofs(tmp_path_factory) -> tuple[dict[str, dict], Path]:
     return _bench(tmp_path_factory.mktemp("spoofs"), ["honest", "shadow", "poison", "conftest", "exit0", "exclude",
-                                                      "timing"])
+                                                      "timing", "pyc_hash", "pyc_stamp", "pyc_bare"])
 
 
 def test_no_spoof_is_resolved(spoofs):
@@ -117,6 +145,10 @@ def test_no_spoof_is_resolved(spoofs):
         row = rows[name]
         assert row["resolved"] is False and row["oracle_passed"] is False, (name, row["error_kind"])
     assert rows["shadow"]["verify_passed"] is False  # the real pytest ran the visible check too
+    for name in ("pyc_hash", "pyc_stamp", "pyc_bare"):  # the source is the code under test, in both checks
+        row = rows[name]
+        assert (row["verify_passed"], row["oracle_passed"], row["resolved"]) == (False, False, False), \
+            (name, row["error_kind"], row["error_detail"])
     assert rows["exit0"]["error_kind"] == "oracle-error"  # exit 0 before a report: not a pass
 
 

@@ -120,14 +120,14 @@ def _as_a_non_root_harness(monkeypatch) -> None:
     churn's snapshot gets that real errno here, before it reads the tree."""
     snapshot = churn.snapshot
 
-    def refusing(root: Path, exclude: tuple[str, ...]):
+    def refusing(root: Path, exclude: tuple[str, ...], **kw):
         for dirpath, dirnames, filenames in os.walk(root):
             for name in dirnames + filenames:
                 mode = os.lstat(os.path.join(dirpath, name)).st_mode
                 need = 0o500 if stat.S_ISDIR(mode) else 0o400
                 if not stat.S_ISLNK(mode) and mode & need != need:
                     raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), os.path.join(dirpath, name))
-        return snapshot(root, exclude)
+        return snapshot(root, exclude, **kw)
 
     monkeypatch.setattr(churn, "snapshot", refusing)
 

@@ -207,7 +207,8 @@ def _sessions(spec: CellSpec, ws: Path, row: dict, artifacts: dict, credential: 
                 if not rec["ok"]:
                     _fail(row, rec["error_kind"], f"session {i + 1} ({session.skill}): {rec['error_detail']}")
                 elif session.writes is not None:
-                    stats, _ = churn.measure(spec.template, ws, (*session.writes, *spec.churn_exclude))
+                    stats, _ = churn.measure(spec.template, ws, (*session.writes, *spec.churn_exclude),
+                                             timeout_s=spec.phase_timeout_s)
                     if stats["diff_files"]:
                         _fail(row, "phase-violation", f"session {i + 1} ({session.skill}) may change only "
                                                       f"{', '.join(session.writes)} but changed {stats['diff_files']} "
@@ -313,7 +314,7 @@ def run_cell(spec: CellSpec, *, credential: Credential | None = None,
                 _sessions(spec, ws, row, artifacts, credential, cancel)
             if row["phases"]["sessions_s"] and row["error_kind"] != "cancelled":  # whatever the sessions left
                 with _Timer(row, "churn_s"):
-                    stats, patch = churn.measure(spec.template, ws, spec.churn_exclude)
+                    stats, patch = churn.measure(spec.template, ws, spec.churn_exclude, timeout_s=spec.phase_timeout_s)
                 row.update(stats)
                 if patch:
                     artifacts[f"patches/{spec.name}.patch"] = patch
