@@ -101,8 +101,9 @@ class Watch:
         the relay's socket directory) share the disk limit: code in the sandbox can fill any of them."""
         self.limits, self._init = limits, init
         self.dirs = (*((workspace,) if workspace is not None else ()), *writable)
-        self.what = "the workspace" if self.dirs == (workspace,) else \
-            "the sandbox's writable directories (" + ", ".join(p.name for p in self.dirs) + ")"
+        self.what = ("the workspace" if workspace is not None else "") + \
+            (" and the sandbox's other writable mounts" if workspace is not None and writable else
+             "the sandbox's writable mounts" if writable else "")
         self._baseline = self._allocated()
         self._next_proc = self._next_disk = 0.0
         self.crossed: str | None = None
