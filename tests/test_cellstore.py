@@ -18,11 +18,12 @@ from pathlib import Path
 
 import pytest
 
-from skillevo.bench import build_cells, cellstore, harness, plan, run_side
+from skillevo.bench import CellResult, build_cells, cellstore, harness, plan, run_side
 from skillevo.core import models
 from skillevo.core.digests import canonical_json
 from tests.bench_fixtures import ROOT, make_mini, params, write_params
 
+SECRET = b"team-secret-0123456789abcdef"
 CTX = cellstore.Context(harness="h" * 64, replicate=0, simulator={"noise": "none", "seed": 0, "playbooks": "p"})
 
 
@@ -239,19 +240,29 @@ def test_push_and_pull_through_the_dvc_remote(stored, tmp_path):
     dvc = [str(Path(sys.executable).with_name("dvc"))]
     subprocess.run([*dvc, "init", "--no-scm", "-q"], cwd=repo, check=True)
     subprocess.run([*dvc, "remote", "add", "-d", "shared", str(tmp_path / "remote")], cwd=repo, check=True)
-    mine = cellstore.Store(_copy_store(source, tmp_path))
+    unkeyed = cellstore.Store(_copy_store(source, tmp_path))
     fs, base = cellstore.remote(repo, None, "push")
     assert base.endswith("/skillevo-cells")
-    assert cellstore.push(mine, fs, base, quiet=True) == 6
-    assert cellstore.push(mine, fs, base, quiet=True) == 0  # entries never change: nothing to send twice
-    # a forged entry on the remote is dropped on the way in
-    forged = sorted(mine.keys())[0]
+    assert cellstore.push(unkeyed, fs, base, quiet=True) == (0, 6)  # no team key: nothing a teammate could vouch for
+    mine = cellstore.Store(unkeyed.root, SECRET)
+    for k in list(unkeyed.keys()):  # the same cells, stored under the team key
+        entry = unkeyed.read(k)
+        assert mine.put(k, entry["material"], CellResult(entry["row"], entry["artifacts"]), replace=True)
+    assert cellstore.push(mine, fs, base, quiet=True) == (6, 0)
+    assert cellstore.push(mine, fs, base, quiet=True) == (0, 0)  # entries never change: nothing to send twice
+    # a forged entry on the remote is dropped on the way in: edited, and one re-checked whole but unkeyed
+    forged, unsigned = sorted(mine.keys())[:2]
     remote_path = Path(base) / cellstore.ENTRIES / forged[:2] / f"{forged}{cellstore.SUFFIX}"
     remote_path.write_bytes(gzip.compress(canonical_json(_tamper(_entry(mine, forged), "cost", {}))))
-    theirs = cellstore.Store(tmp_path / "theirs")
+    without_mac = {field: value for field, value in _entry(mine, unsigned).items() if field != "mac"}
+    (Path(base) / cellstore.ENTRIES / unsigned[:2] / f"{unsigned}{cellstore.SUFFIX}").write_bytes(
+        gzip.compress(canonical_json(without_mac)))
+    assert cellstore.pull(cellstore.Store(tmp_path / "nokey"), *cellstore.remote(repo, None, "pull"),
+                          quiet=True) == (0, 6)  # without the key, nothing is fetched
+    theirs = cellstore.Store(tmp_path / "theirs", SECRET)
     fetched, dropped = cellstore.pull(theirs, *cellstore.remote(repo, None, "pull"), quiet=True)
-    assert (fetched, dropped) == (5, 1)
-    assert sorted(theirs.keys()) == sorted(set(mine.keys()) - {forged})
+    assert (fetched, dropped) == (4, 2)
+    assert sorted(theirs.keys()) == sorted(set(mine.keys()) - {forged, unsigned})
     assert all(theirs.path(k).read_bytes() == mine.path(k).read_bytes() for k in theirs.keys())
 
 

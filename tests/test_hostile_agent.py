@@ -30,6 +30,30 @@ SPOOF_RUNNER = "import sys\nprint('1 passed in 0.01s')\nsys.exit(0)\n"
 FORCE_PASS = ("import pytest\n\n\n@pytest.hookimpl(hookwrapper=True)\ndef pytest_runtest_makereport(item, call):\n"
               "    outcome = yield\n    outcome.get_result().outcome = 'passed'\n")
 POISON = "raise SystemExit(3)\n"  # would break any run that imported it
+# greet.py fixed, compiled, and left as bytecode beside the unchanged source: an unchecked-hash pyc (used without
+# looking at the source), a timestamp pyc whose header copies the source's mtime and size (the workspace keeps
+# both), or a sourceless pkg/greet.pyc with the source removed
+PYC = """python3 - <<'PY'
+import importlib.util, marshal, os, py_compile
+src = "pkg/greet.py"
+fixed = open(src).read().replace('"hi"', '"hello"')
+code = compile(fixed, src, "exec")
+st = os.stat(src)
+if "{mode}" == "hash":
+    open("/tmp/greet.py", "w").write(fixed)
+    py_compile.compile("/tmp/greet.py", cfile=importlib.util.cache_from_source(src), dfile=src, doraise=True,
+                       invalidation_mode=py_compile.PycInvalidationMode.UNCHECKED_HASH)
+else:
+    header = importlib.util.MAGIC_NUMBER + bytes(4) + int(st.st_mtime).to_bytes(4, "little") \\
+        + st.st_size.to_bytes(4, "little")
+    if "{mode}" == "stamp":
+        os.makedirs("pkg/__pycache__", exist_ok=True)
+        open(importlib.util.cache_from_source(src), "wb").write(header + marshal.dumps(code))
+    else:
+        open("pkg/greet.pyc", "wb").write(header + marshal.dumps(code))
+        os.remove(src)
+print("compiled")
+PY"""
 
 
 def _w(path: str, content: str) -> dict:
@@ -64,6 +88,20 @@ CASES: dict[str, list[dict]] = {
     "disk": [*HONEST, {"bash": "for i in $(seq 200); do head -c 10M /dev/zero > blob$i || break; done; echo done"}],
     "memory": [*HONEST, {"bash": "python3 -c 'import time; x = bytearray(3 << 30); time.sleep(60)'"}],
     "procs": [*HONEST, {"bash": "for i in $(seq 400); do sleep 120 & done; wait"}],
+    # the oracle's report directory flooded by the code under test (a writable mount: inside the disk watch)
+    "report": [*HONEST, _w("pkg/__init__.py",
+                           "import os\nimport time\n\n_r = os.environ.get('SKILLEVO_ORACLE_REPORT')\nif _r:\n"
+                           "    for _i in range(3):\n"
+                           "        with open(os.path.join(os.path.dirname(_r), f'flood{_i}'), 'wb') as _f:\n"
+                           "            _f.write(b'x' * (40 << 20))\n    time.sleep(5)\n")],
+    # a tree deeper than Python's recursion limit, and sparse files whose apparent size no disk limit sees
+    "deep": [*HONEST, {"bash": "python3 -c \"import os\nfor _ in range(1200): os.mkdir('d'); os.chdir('d')\n"
+                                "open('x', 'w').write('x')\""}],
+    "sparse": [*HONEST, {"bash": "for i in $(seq 120); do truncate -s 60M sparse$i || break; done; echo done"}],
+    # the fix as bytecode only, the source left wrong: verify and the oracle must import the source
+    "pyc_hash": [*LAZY, {"bash": PYC.format(mode="hash")}],
+    "pyc_stamp": [*LAZY, {"bash": PYC.format(mode="stamp")}],
+    "pyc_bare": [*LAZY, {"bash": PYC.format(mode="bare")}],
     # outcomes the seed tells apart: a session that left no work, a plan session that edits code
     "nowork": [{"read": "pkg/greet.py"}, {"say": "Nothing to change."}],
 }
@@ -107,7 +145,7 @@ def _patch(out: Path, row: dict) -> str:
 @pytest.fixture(scope="module")
 def spoofs(tmp_path_factory) -> tuple[dict[str, dict], Path]:
     return _bench(tmp_path_factory.mktemp("spoofs"), ["honest", "shadow", "poison", "conftest", "exit0", "exclude",
-                                                      "timing"])
+                                                      "timing", "pyc_hash", "pyc_stamp", "pyc_bare"])
 
 
 def test_no_spoof_is_resolved(spoofs):
@@ -117,6 +155,10 @@ def test_no_spoof_is_resolved(spoofs):
         row = rows[name]
         assert row["resolved"] is False and row["oracle_passed"] is False, (name, row["error_kind"])
     assert rows["shadow"]["verify_passed"] is False  # the real pytest ran the visible check too
+    for name in ("pyc_hash", "pyc_stamp", "pyc_bare"):  # the source is the code under test, in both checks
+        row = rows[name]
+        assert (row["verify_passed"], row["oracle_passed"], row["resolved"]) == (False, False, False), \
+            (name, row["error_kind"], row["error_detail"])
     assert rows["exit0"]["error_kind"] == "oracle-error"  # exit 0 before a report: not a pass
 
 
@@ -154,13 +196,19 @@ def test_no_oracle_timing_reaches_a_row_or_the_evidence(spoofs, tmp_path):
 
 def test_floods_stop_only_their_own_cell_and_the_neighbour_is_measured_as_if_alone(tmp_path):
     alone, _ = _bench(tmp_path / "alone", ["honest"], workers=1)
-    mixed, _ = _bench(tmp_path / "mixed", ["disk", "honest", "memory", "procs"], workers=2)
+    mixed, _ = _bench(tmp_path / "mixed", ["disk", "honest", "memory", "procs", "report", "deep", "sparse"],
+                      workers=2)
     for name, what in (("disk", "disk"), ("memory", "memory"), ("procs", "processes")):
         row = mixed[name]
         assert row["error_kind"] == "cell-limit" and what in row["error_detail"], (name, row["error_detail"])
         assert row["resolved"] is False
         assert row["cost_usd"] > 0 and row["input_tokens"] > 0  # a stopped cell keeps the cost it ran up
-    assert len(load_side(tmp_path / "mixed/out", "incumbent").rows) == 4  # every row matches its transcript
+    report = mixed["report"]  # the oracle was stopped at the disk limit: no pass, the agent's measured failure
+    assert (report["error_kind"], report["oracle_passed"], report["resolved"]) == ("oracle-error", False, False)
+    for name in ("deep", "sparse"):  # measured, removed, and nothing else: the fix is right
+        assert mixed[name]["resolved"] is True, (name, mixed[name]["error_kind"], mixed[name]["error_detail"])
+    assert mixed["sparse"]["diff_files"] == 120 + 2
+    assert len(load_side(tmp_path / "mixed/out", "incumbent").rows) == 7  # every row matches its transcript
     honest, reference = mixed["honest"], alone["honest"]
     assert honest["resolved"] is True and honest["error_kind"] is None
     for field in ("cost_usd", "input_tokens", "output_tokens", "num_turns", "diff_files", "diff_insertions"):

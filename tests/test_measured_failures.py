@@ -25,7 +25,7 @@ import yaml
 from skillevo.agent import session as session_module
 from skillevo.bench import CellResult, build_cells, churn, plan, run_cell
 from skillevo.bench import cell as cell_module
-from skillevo.core import config, models
+from skillevo.core import config, models, safefs
 from skillevo.core.results import EXCLUDED_ERROR_KINDS, MEASURED_ERROR_KINDS, check_row_transcripts
 from skillevo.core.schemas import validate
 from skillevo.simulator import Simulator, load_all
@@ -120,14 +120,12 @@ def _as_a_non_root_harness(monkeypatch) -> None:
     churn's snapshot gets that real errno here, before it reads the tree."""
     snapshot = churn.snapshot
 
-    def refusing(root: Path, exclude: tuple[str, ...]):
-        for dirpath, dirnames, filenames in os.walk(root):
-            for name in dirnames + filenames:
-                mode = os.lstat(os.path.join(dirpath, name)).st_mode
-                need = 0o500 if stat.S_ISDIR(mode) else 0o400
-                if not stat.S_ISLNK(mode) and mode & need != need:
-                    raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), os.path.join(dirpath, name))
-        return snapshot(root, exclude)
+    def refusing(root: Path, exclude: tuple[str, ...], **kw):
+        for rel, _, _, st in safefs.scan(root):  # by directory fd, as the snapshot walks
+            need = 0o500 if stat.S_ISDIR(st.st_mode) else 0o400
+            if not stat.S_ISLNK(st.st_mode) and st.st_mode & need != need:
+                raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), rel)
+        return snapshot(root, exclude, **kw)
 
     monkeypatch.setattr(churn, "snapshot", refusing)
 
@@ -140,15 +138,15 @@ def test_what_an_agent_leaves_or_breaks_is_measured_at_its_cost(tmp_path, monkey
     honest = results["honest"].row
     assert honest["resolved"] is True and honest["error_kind"] is None, honest["error_detail"]
 
-    longpath = _measured(results["longpath"], "workspace-error")
-    assert "File name too long" in longpath["error_detail"] or "ENAMETOOLONG" in longpath["error_detail"]
+    longpath = results["longpath"].row  # measured by directory fd: a path past PATH_MAX is just a file
+    assert longpath["resolved"] is True and longpath["diff_files"] == 3, longpath["error_detail"]
     locked = _measured(results["locked"], "workspace-error")
     assert "Permission denied" in locked["error_detail"]
-    for row in (longpath, locked):  # the whole session was paid for: it costs at least what the honest one did
-        assert row["cost_usd"] >= honest["cost_usd"] and len(row["transcripts"]) == 1
+    assert locked["cost_usd"] >= honest["cost_usd"] and len(locked["transcripts"]) == 1  # the session was paid for
 
     hidden = _measured(results["hiddenflood"], "cell-limit")  # the watch saw it and stopped the session
-    assert hidden["error_detail"].startswith("session 1 (auto): session stopped: disk: the workspace grew by")
+    assert hidden["error_detail"].startswith("session 1 (auto): session stopped: disk: the workspace and the "
+                                             "sandbox's other writable mounts grew by"), hidden["error_detail"]
 
     breaks = results["breaks"]  # the stream is read whole: an ordinary, resolved measurement
     assert breaks.row["resolved"] is True and breaks.row["error_kind"] is None, breaks.row["error_detail"]
@@ -211,7 +209,7 @@ def test_a_full_scratch_is_the_flooders_doing_and_only_excuses_its_victims(tmp_p
     monkeypatch.setitem(CASES, "victim", [{"write": {"path": "tests/test_greet.py", "content": TEST}}])
     results = _run(tmp_path, ["oracleflood", "victim"])
     row = _measured(results["oracleflood"], "cell-limit")
-    assert "grew by 80 MB, over bench.limits.disk_mb 64" in row["error_detail"], row["error_detail"]
+    assert re.search(r"grew by \d+ MB, over bench.limits.disk_mb 64", row["error_detail"]), row["error_detail"]
     assert "was: oracle-error" in row["error_detail"]
     victim = results["victim"].row
     assert victim["error_kind"] == "infra-error" and "was: verify-failed" in victim["error_detail"], victim

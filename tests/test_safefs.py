@@ -98,3 +98,40 @@ def test_remove_tree_as_a_harness_that_is_not_root():
         assert done.stdout.split() == ["refused", "gone"]  # the modes bit, and the removal coped with them
     finally:
         safefs.remove_tree(base)
+
+
+def _deep(root: Path, depth: int) -> None:
+    """`depth` nested directories with a file at the bottom, made one directory fd at a time (deeper than
+    Python's recursion limit, and than the fds a process may hold below)."""
+    root.mkdir()
+    fd = os.open(root, os.O_RDONLY)
+    for _ in range(depth):
+        os.mkdir("d", dir_fd=fd)
+        child = os.open("d", os.O_RDONLY, dir_fd=fd)
+        os.close(fd)
+        fd = child
+    blob = os.open("bottom", os.O_WRONLY | os.O_CREAT, 0o644, dir_fd=fd)
+    os.write(blob, b"x" * 8192)
+    os.close(blob)
+    os.close(fd)
+
+
+def test_a_tree_deeper_than_recursion_and_fd_limits_is_walked_sized_and_removed(tmp_path):
+    """1,500 levels under a limit of 64 open files: the walk, the disk count and the removal hold one directory fd
+    at a time and never recurse (an os.walk raised RecursionError here, and an fd per level ran out)."""
+    _deep(tmp_path / "tree", 1500)
+    script = (
+        "import resource, sys\nfrom pathlib import Path\nsys.path.insert(0, sys.argv[1])\n"
+        "resource.setrlimit(resource.RLIMIT_NOFILE, (64, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))\n"
+        "from skillevo.core import safefs\ntree = Path(sys.argv[2])\n"
+        "print(list(safefs.walk(tree)) == ['d/' * 1500 + 'bottom'])\n"
+        "print(safefs.allocated(tree) >= 8192 + 1500 * 4096)\n"
+        "safefs.remove_tree(tree)\nprint(not tree.exists())\n"
+    )
+    try:
+        done = subprocess.run([sys.executable, "-c", script, str(ROOT), str(tmp_path / "tree")], capture_output=True,
+                              text=True, timeout=300, env={"PATH": os.environ["PATH"], "PYTHONDONTWRITEBYTECODE": "1"})
+    finally:  # never left for pytest's own cleanup of old temp dirs, which recurses (shutil.rmtree)
+        safefs.remove_tree(tmp_path / "tree")
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split() == ["True", "True", "True"], done.stdout

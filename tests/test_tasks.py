@@ -9,7 +9,7 @@ from types import SimpleNamespace
 import pytest
 import yaml
 
-from skillevo.bench import workspace
+from skillevo.bench import sideplan, workspace
 from skillevo.core import arms, config, layout, tasks
 from skillevo.core.errors import BadInput
 from tests.bench_fixtures import ROOT, make_mini
@@ -51,11 +51,69 @@ def test_oracle_symlink_is_refused(tmp_path):
         tasks.load(tasks_file)
 
 
-def test_target_with_its_own_skills_is_refused(tmp_path):
+AGENT_CONFIG = {".claude/skills/theirs/SKILL.md": "---\nname: theirs\ndescription: d\n---\nbody\n",
+                ".claude/settings.json": '{"hooks": {}}\n', "CLAUDE.md": "always do X\n", ".mcp.json": "{}\n",
+                "pkg/CLAUDE.md": "nested memory\n", "pkg/CLAUDE.local.md": "local memory\n",
+                "pkg/.claude/skills/nested/SKILL.md": "---\nname: nested\ndescription: d\n---\nbody\n"}
+
+
+def _plant(root, files=AGENT_CONFIG) -> None:
+    for rel, text in files.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text(text)
+
+
+def _templates(tasks_file, tmp_path) -> dict[str, set[str]]:
+    """Every file of every arm's template, by kind (incumbent, baseline), as the bench builds them."""
+    p = config.parse({**yaml.safe_load((ROOT / "params.yaml").read_text()),
+                      "tasks": {"gate": ["greet"], "evidence": []}})
+    side = sideplan.plan("incumbent", tasks_file, ROOT / "skills", None, p)
+    sideplan.build_cells(side, p.bench, p.model, tmp_path / "scratch")
+    out = {}
+    for tpl in (tmp_path / "scratch/templates").iterdir():
+        out[tpl.name.removeprefix("greet-")] = {str(f.relative_to(tpl)) for f in tpl.rglob("*")
+                                                if f.is_file() and ".git" not in f.relative_to(tpl).parts}
+    return out
+
+
+def test_a_targets_own_agent_configuration_never_reaches_a_workspace(tmp_path):
+    """A plain-directory target that ships skills, settings, memory and MCP servers of its own (at the root and
+    nested): every arm's workspace holds the tree without them, the family under test alone, and the baseline no
+    skill at all."""
     tasks_file = make_mini(tmp_path)
-    (tasks_file.parent / "targets/greet/.claude").mkdir()
-    with pytest.raises(BadInput, match=r"target: the target contains .claude/"):
-        tasks.load(tasks_file)
+    _plant(tasks_file.parent / "targets/greet")
+    templates = _templates(tasks_file, tmp_path)
+    family = {f".claude/skills/{rel}" for rel in layout.read_family(ROOT / "skills")}
+    assert templates["baseline"] == {"pkg/__init__.py", "pkg/greet.py"}
+    assert templates["incumbent"] == {"pkg/__init__.py", "pkg/greet.py"} | family
+    assert not any(tasks.agent_config(rel) for rel, _ in tasks.tree_files(tasks.load(tasks_file)[0]))
+
+
+def test_a_git_targets_pinned_ref_is_checked_not_its_working_tree(tmp_path):
+    """The ref holds .claude/skills and CLAUDE.md; the working tree (a later commit) does not: the workspaces are
+    built from the ref, and still hold none of it."""
+    tasks_file = make_mini(tmp_path)
+    repo = tasks_file.parent / "targets/greet"
+    _plant(repo)
+    env = {**os.environ, "GIT_AUTHOR_NAME": "a", "GIT_AUTHOR_EMAIL": "a@a",
+           "GIT_COMMITTER_NAME": "a", "GIT_COMMITTER_EMAIL": "a@a"}
+    for cmd in (["init", "-q"], ["add", "-A"], ["commit", "-qm", "ships skills"], ["tag", "pinned"],
+                ["rm", "-rq", ".claude", "CLAUDE.md", ".mcp.json", "pkg/CLAUDE.md", "pkg/CLAUDE.local.md",
+                 "pkg/.claude"], ["commit", "-qm", "later"]):
+        subprocess.run(["git", *cmd], cwd=repo, env=env, check=True)
+    _rewrite(tasks_file, lambda d: d["tasks"][0].update(ref="pinned"))
+    templates = _templates(tasks_file, tmp_path)
+    assert templates["baseline"] == {"pkg/__init__.py", "pkg/greet.py"}
+    assert {f for f in templates["incumbent"] if ".claude" in f} == \
+        {f".claude/skills/{rel}" for rel in layout.read_family(ROOT / "skills")}
+
+
+def test_a_tree_with_agent_configuration_is_refused_by_the_template(tmp_path):
+    """The template builder checks what it is given too (a tree that did not come through export_tree)."""
+    tree = tmp_path / "tree"
+    _plant(tree, {"pkg/a.py": "x = 1\n", "sub/CLAUDE.md": "memory\n"})
+    with pytest.raises(BadInput, match=r"holds agent configuration \['sub/CLAUDE.md'\].*rule: skill-free targets"):
+        workspace.build_template(tree, {}, None, tmp_path / "tpl")
 
 
 def test_bindings_pin_exact_bytes(tmp_path):

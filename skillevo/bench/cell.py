@@ -207,7 +207,8 @@ def _sessions(spec: CellSpec, ws: Path, row: dict, artifacts: dict, credential: 
                 if not rec["ok"]:
                     _fail(row, rec["error_kind"], f"session {i + 1} ({session.skill}): {rec['error_detail']}")
                 elif session.writes is not None:
-                    stats, _ = churn.measure(spec.template, ws, (*session.writes, *spec.churn_exclude))
+                    stats, _ = churn.measure(spec.template, ws, (*session.writes, *spec.churn_exclude),
+                                             timeout_s=spec.phase_timeout_s)
                     if stats["diff_files"]:
                         _fail(row, "phase-violation", f"session {i + 1} ({session.skill}) may change only "
                                                       f"{', '.join(session.writes)} but changed {stats['diff_files']} "
@@ -243,7 +244,7 @@ def _checks(spec: CellSpec, ws: Path, private: Path, row: dict, cancel: threadin
         _fail(row, "oracle-failed" if oracle.outcome == "failed" else "oracle-error", oracle.detail)
 
 
-def _describe(e: BaseException) -> str:
+def describe(e: BaseException) -> str:
     """An exception in a few hundred characters, its kind first: its message may carry an agent's 5000-byte path."""
     what = f"{type(e).__name__}"
     if isinstance(e, OSError) and e.errno is not None:
@@ -292,7 +293,10 @@ def run_cell(spec: CellSpec, *, credential: Credential | None = None,
     the row is measured and never changes it."""
     row, artifacts = _base_row(spec), {}
     start, unrecorded = time.monotonic(), {"oracle_s": 0.0}
-    cell_dir = Path(tempfile.mkdtemp(prefix=f"{spec.name}-", dir=spec.scratch))
+    try:
+        cell_dir = Path(tempfile.mkdtemp(prefix=f"{spec.name}-", dir=spec.scratch))
+    except OSError as e:  # a full or broken scratch: before anything of the agent ran
+        return infra_error(spec, f"no scratch directory for the cell: {describe(e)}")
     ws, private = cell_dir / "ws", cell_dir / "private"
     before: int | None = None  # the cell's allocated bytes before its first session
     try:
@@ -313,7 +317,7 @@ def run_cell(spec: CellSpec, *, credential: Credential | None = None,
                 _sessions(spec, ws, row, artifacts, credential, cancel)
             if row["phases"]["sessions_s"] and row["error_kind"] != "cancelled":  # whatever the sessions left
                 with _Timer(row, "churn_s"):
-                    stats, patch = churn.measure(spec.template, ws, spec.churn_exclude)
+                    stats, patch = churn.measure(spec.template, ws, spec.churn_exclude, timeout_s=spec.phase_timeout_s)
                 row.update(stats)
                 if patch:
                     artifacts[f"patches/{spec.name}.patch"] = patch
@@ -325,7 +329,7 @@ def run_cell(spec: CellSpec, *, credential: Credential | None = None,
                 if row["ok"] or row["error_kind"] in ("no-work", "skill-not-invoked", "phase-violation"):
                     _checks(spec, ws, private, row, cancel, unrecorded)
         except Exception as e:  # noqa: BLE001 - every failure is a row, never a gap
-            detail = _describe(e)
+            detail = describe(e)
             if row["phases"]["sessions_s"] and not isinstance(e, BrokenEnvironment):
                 _fail(row, "workspace-error", f"measuring what the agent left failed: {detail}")
             else:  # nothing of an agent ran yet, or a tool of the harness is missing

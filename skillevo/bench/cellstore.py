@@ -10,9 +10,15 @@ harness is never served after the harness changes.
 
 Only valid measurements are stored: a harness or API fault (an excluded error kind) is never served later.
 Entries are untrusted on the way back in: one that does not parse, is not the key it is filed under, names
-another cell, has artifacts that do not match its row, or is older than `gate.max_age_days` (or dated in the
-future) is not served, and the cell is paid again. Its operator commands (ls, gc, push, pull) are
-skillevo.ops.cells.
+another cell, breaks a row rule (resolved without its checks passing), has artifacts that do not match its row,
+has a time that does not parse, or is older than `gate.max_age_days` (or dated in the future) is not served, and
+the cell is paid again and its entry replaced; nothing in an entry can make a bench refuse.
+
+With a team key in the environment (SKILLEVO_CELL_KEY, never in a file, argv or log), every entry carries an
+HMAC-SHA256 of its whole content under that key: an entry that does not verify (forged, edited, or written
+without the key) is a miss, `make pull` fetches only entries that verify, and `make push` sends only those.
+Without a key the local store is trusted as far as its filesystem, and nothing is shared. Its operator commands
+(ls, gc, push, pull) are skillevo.ops.cells.
 """
 
 from __future__ import annotations
@@ -20,6 +26,8 @@ from __future__ import annotations
 import base64
 import binascii
 import gzip
+import hashlib
+import hmac
 import io
 import json
 import os
@@ -37,7 +45,7 @@ from skillevo.bench.cell import CellResult, CellSpec
 from skillevo.core import documents, pins, safefs
 from skillevo.core.digests import canonical_json, sha256_bytes, sha256_json
 from skillevo.core.errors import BadInput, BrokenEnvironment
-from skillevo.core.results import EXCLUDED_ERROR_KINDS, check_row_transcripts
+from skillevo.core.results import EXCLUDED_ERROR_KINDS, check_row, check_row_transcripts
 from skillevo.core.schemas import validate
 
 FORMAT = "skillevo-cell/1"
@@ -47,6 +55,8 @@ MAX_ENTRY_BYTES = 64 << 20  # compressed, as stored
 MAX_EXPANDED_BYTES = 256 << 20  # decompressed: a small file that expands without bound is refused
 NOT_STORED = "not stored"  # the one miss that is not worth a word: the cell simply has not run yet
 REMOTE_DIR = "skillevo-cells"  # beside DVC's own files/ and runs/ on the DVC remote
+KEY_ENV = "SKILLEVO_CELL_KEY"  # the team's secret that authenticates entries
+MIN_KEY_CHARS = 16
 IDENTITY = ("task", "arm", "run", "side", "skills_digest", "overlay_digest", "task_binding_digest", "base_commit",
             "model", "backend", "effort", "simulated")
 
@@ -94,12 +104,29 @@ class Miss(Exception):
     """Why a stored entry is not served (the cell is paid again)."""
 
 
+def team_key() -> bytes | None:
+    """The team key from the environment (None when unset); a short one is refused without echoing it."""
+    value = os.environ.get(KEY_ENV)
+    if not value:
+        return None
+    if len(value) < MIN_KEY_CHARS:
+        raise BrokenEnvironment(f"{KEY_ENV} is shorter than {MIN_KEY_CHARS} characters; use a random secret, "
+                                "e.g. `openssl rand -hex 32` (rule: team key)")
+    return value.encode()
+
+
+def _mac(secret: bytes, entry: Mapping[str, Any]) -> str:
+    return hmac.new(secret, canonical_json(entry), hashlib.sha256).hexdigest()
+
+
 class Store:
     """A directory of entries `v1/<key[:2]>/<key>.json.gz`, each one gzip-compressed canonical JSON written
-    atomically, so a reader sees a whole entry or none, whoever was killed while writing it."""
+    atomically, so a reader sees a whole entry or none, whoever was killed while writing it. `secret` is the team
+    key (team_key()): with it, entries are written with their HMAC and read only if it verifies."""
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, secret: bytes | None = None) -> None:
         self.root = Path(root)
+        self.secret = secret
 
     def path(self, k: str) -> Path:
         return self.root / ENTRIES / k[:2] / f"{k}{SUFFIX}"
@@ -128,6 +155,8 @@ class Store:
         arts = {rel: base64.b64encode(data).decode("ascii") for rel, data in sorted(result.artifacts.items())}
         entry = {"format": FORMAT, "key": k, "material": mat, "row": result.row, "artifacts": arts,
                  "stored_at": _now().isoformat(timespec="seconds")}
+        if self.secret is not None:
+            entry["mac"] = _mac(self.secret, entry)
         safefs.write_atomic(self.path(k), gzip.compress(canonical_json(entry), mtime=0))
         return True
 
@@ -140,7 +169,7 @@ class Store:
             raw = safefs.read_file(path, max_bytes=MAX_ENTRY_BYTES, what="cell store entry")
         except (BadInput, OSError) as e:
             raise Miss(str(e)) from None
-        return _decode(raw, path, k)
+        return _decode(raw, path, k, self.secret)
 
     def serve(self, spec: CellSpec, ctx: Context, max_age_days: float) -> CellResult:
         """The stored result of this cell, checked against it (Miss: pay for it)."""
@@ -206,7 +235,8 @@ def _moment(text: Any, where: Path) -> datetime:
     try:
         moment = datetime.fromisoformat(text)
     except (TypeError, ValueError):
-        raise BadInput(f"{where}: recorded_at {text!r} is not an ISO 8601 time (rule: entry format)") from None
+        raise Miss(f"{where}: recorded_at {str(text)[:40]!r} is not a time this harness reads (rule: entry format)"
+                   ) from None
     return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
 
 
@@ -243,8 +273,9 @@ def _remote_entries(fs: Any, base: str) -> set[str]:
     return names
 
 
-def _decode(raw: bytes, path: Path, k: str) -> dict[str, Any]:
-    """An entry's bytes, checked whole: what it says it is, under the key it is named by (Miss otherwise)."""
+def _decode(raw: bytes, path: Path, k: str, secret: bytes | None) -> dict[str, Any]:
+    """An entry's bytes, checked whole: authenticated under `secret` when there is one, what it says it is, under
+    the key it is named by (Miss otherwise)."""
     try:
         with gzip.GzipFile(fileobj=io.BytesIO(raw)) as z:
             data = z.read(MAX_EXPANDED_BYTES + 1)
@@ -258,13 +289,19 @@ def _decode(raw: bytes, path: Path, k: str) -> dict[str, Any]:
         raise Miss(str(e)) from None
     if not isinstance(entry, dict) or entry.get("format") != FORMAT or entry.get("key") != k:
         raise Miss(f"{path}: not a {FORMAT} entry for key {k} (rule: entry format)")
+    mac = entry.pop("mac", None)
+    if secret is not None and not (isinstance(mac, str) and hmac.compare_digest(mac, _mac(secret, entry))):
+        raise Miss(f"{path}: not authenticated under this team's key {KEY_ENV} (forged, edited, or written without "
+                   "it) (rule: authenticated entries)")
     if not isinstance(entry.get("material"), dict) or sha256_json(entry["material"]) != k:
         raise Miss(f"{path}: its key material does not hash to its key (rule: content address)")
     row = entry.get("row")
     try:
         validate(row, "result-row", f"{path}: row")
+        check_row(row, f"{path}: row")
     except BadInput as e:
         raise Miss(str(e)) from None
+    _moment(row["recorded_at"], path)
     arts = entry.get("artifacts")
     if not isinstance(arts, dict) or set(arts) != _artifact_paths(row):
         raise Miss(f"{path}: its artifacts are not exactly the transcripts and patch its row names "
@@ -287,19 +324,30 @@ def _decode(raw: bytes, path: Path, k: str) -> dict[str, Any]:
     return {**entry, "artifacts": decoded}
 
 
-def push(store: Store, fs: Any, base: str, *, quiet: bool = False) -> int:
-    """Upload the entries the remote does not have (entries never change once written)."""
+def push(store: Store, fs: Any, base: str, *, quiet: bool = False) -> tuple[int, int]:
+    """Upload the entries the remote does not have and that verify under the team key (entries never change once
+    written); without a key nothing is sent, since no teammate could vouch for it. (uploaded, held back)"""
     missing = sorted(set(rel_paths(store)) - _remote_entries(fs, base))
-    for rel in tqdm(missing, desc="cells push", unit="entry", disable=quiet, file=sys.stderr):
+    sent = 0
+    for rel in tqdm(missing if store.secret is not None else [], desc="cells push", unit="entry", disable=quiet,
+                    file=sys.stderr):
+        try:
+            store.read(rel.rsplit("/", 1)[1].removesuffix(SUFFIX))
+        except Miss:
+            continue
         fs.makedirs(fs.parent(fs.join(base, rel)), exist_ok=True)
         fs.put_file(str(store.root / rel), fs.join(base, rel))
-    return len(missing)
+        sent += 1
+    return sent, len(missing) - sent
 
 
 def pull(store: Store, fs: Any, base: str, *, quiet: bool = False) -> tuple[int, int]:
-    """Download the entries this store lacks; one that is not what its name says is dropped. (fetched, dropped)"""
+    """Download the entries this store lacks; one that is not what its name says or does not verify under the team
+    key is dropped, and without a key every one is. (fetched, dropped)"""
     have = set(rel_paths(store))
     wanted = sorted(_remote_entries(fs, base) - have)
+    if store.secret is None:
+        return 0, len(wanted)
     fetched = dropped = 0
     for rel in tqdm(wanted, desc="cells pull", unit="entry", disable=quiet, file=sys.stderr):
         k = rel.rsplit("/", 1)[1].removesuffix(SUFFIX)
@@ -308,7 +356,7 @@ def pull(store: Store, fs: Any, base: str, *, quiet: bool = False) -> tuple[int,
             if fs.size(remote) > MAX_ENTRY_BYTES:
                 raise Miss(f"{rel}: larger than {MAX_ENTRY_BYTES} bytes (rule: entry size)")
             raw = fs.cat_file(remote)
-            _decode(raw, dest, k)
+            _decode(raw, dest, k, store.secret)
         except Miss as e:
             dropped += 1
             print(f"cells pull: dropped {rel}: {e}", file=sys.stderr)

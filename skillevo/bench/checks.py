@@ -2,8 +2,9 @@
 hidden oracle's outcome from a report, not from an exit status.
 
 Both phases run read-only, without network, with a hardened interpreter: PYTHONSAFEPATH keeps the workspace off
-the front of sys.path (the harness's sitecustomize appends it after site-packages), user site-packages and
-pytest's plugin autoload are off, and HOME and /tmp are the sandbox's own. The oracle additionally runs with
+the front of sys.path (the harness's sitecustomize appends it after site-packages, and loads the workspace's
+modules from source only, never from bytecode the agent left), user site-packages and pytest's plugin autoload
+are off, and HOME and /tmp are the sandbox's own. The oracle additionally runs with
 skillevo's own pytest.ini (`-c`), rootdir and conftest discovery confined to the oracle's directory, and a
 JUnit report written outside the workspace. It passes only when the runner exits 0 and the report shows every
 bound oracle test (tasks.oracle_tests) passed and nothing else. Its output is never read, and its timing is
@@ -44,8 +45,11 @@ def interpreter_env() -> dict[str, str]:
 
 
 def oracle_env() -> dict[str, str]:
+    # --assert=plain: pytest's assertion rewriting would load a rewritten .pyc from a __pycache__ beside a
+    # test-named module the agent wrote; the oracle's output is never read, so plain asserts lose nothing
     opts = ["-c", f"{PYBOOT_DST}/pytest.ini", f"--rootdir={ORACLE_DST}", f"--confcutdir={ORACLE_DST}",
-            "-p", "no:cacheprovider", f"--junitxml={REPORT_DST}/{REPORT}", "-o", "junit_family=xunit2"]
+            "-p", "no:cacheprovider", "--assert=plain", f"--junitxml={REPORT_DST}/{REPORT}", "-o",
+            "junit_family=xunit2"]
     return {**interpreter_env(), "PYTEST_ADDOPTS": shlex.join(opts), "SKILLEVO_ORACLE_DIR": ORACLE_DST,
             "SKILLEVO_ORACLE_REPORT": f"{REPORT_DST}/{REPORT}"}
 

@@ -242,7 +242,7 @@ def run_side(p: SidePlan, params: Params, out: Path, *, executor: Executor | Non
     looks = _looks(p, params)
     sandbox.preflight()
     cli.locate()
-    cells_store = cellstore.Store(store) if store is not None else None
+    cells_store = cellstore.Store(store, cellstore.team_key()) if store is not None else None
     with ExitStack() as stack:
         scratch = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="skillevo-bench-", dir=scratch_root)))
         _check_headroom(scratch, params.bench)

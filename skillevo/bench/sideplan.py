@@ -103,6 +103,8 @@ def _template(p: SidePlan, tree: Path, kind: str, dest: Path) -> str:
     if kind == "baseline":
         base = workspace.build_template(tree, {}, None, dest)
         (dest / ".claude").mkdir(exist_ok=True)
+        if any((dest / ".claude").iterdir()):
+            raise RuntimeError(f"{dest}/.claude: the baseline's template holds a skill")
         return base
     return workspace.build_template(tree, p.family, p.overlay if kind == "candidate" else None, dest, p.executables,
                                     p.overlay_executables)

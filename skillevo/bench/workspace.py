@@ -18,7 +18,7 @@ from collections.abc import Collection, Mapping
 from pathlib import Path
 
 from skillevo.core.errors import BadInput, BrokenEnvironment
-from skillevo.core.tasks import Task, archive, dir_entries
+from skillevo.core.tasks import Task, agent_config, archive, dir_entries
 
 _GIT_ENV = {
     "GIT_CONFIG_NOSYSTEM": "1", "GIT_CONFIG_GLOBAL": "/dev/null", "GIT_TERMINAL_PROMPT": "0",
@@ -42,13 +42,16 @@ def git(cwd: Path, *args: str) -> str:
 
 
 def export_tree(task: Task, dest: Path) -> None:
-    """The task's pinned tree as plain files in `dest` (which must not exist)."""
+    """The task's pinned tree as plain files in `dest` (which must not exist), without what the CLI would load
+    as project configuration (tasks.agent_config): the ref's tree counts, not the target's working tree."""
     dest.mkdir(parents=True)
     if task.target_kind == "git":
         with tarfile.open(fileobj=io.BytesIO(archive(task))) as tar:
-            tar.extractall(dest, filter="data")
+            tar.extractall(dest, members=[m for m in tar if not agent_config(m.name)], filter="data")
         return
     for rel, content in dir_entries(task.target_dir):
+        if agent_config(rel):
+            continue
         path = dest / rel
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_bytes(content)
@@ -72,6 +75,10 @@ def build_template(tree: Path, family: Mapping[str, bytes], overlay: Mapping[str
     wrote. An overlay file takes its own mode, whatever the file it replaces had.
     """
     shutil.copytree(tree, dest)
+    stray = [str(p.relative_to(dest)) for p in dest.rglob("*") if agent_config(str(p.relative_to(dest)))]
+    if stray:  # export_tree leaves them out: a tree from anywhere else must not bring them either
+        raise BadInput(f"{tree}: holds agent configuration {sorted(stray)[:5]} that would load beside the skills "
+                       "under test (rule: skill-free targets)")
     _install(family, dest / ".claude" / "skills", executables)
     git(dest, "init", "-q", "--template=", "-b", "main")
     git(dest, "add", "-A")

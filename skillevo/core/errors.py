@@ -67,8 +67,15 @@ class Interrupted(SkillevoError):
     label = "interrupted"
 
 
+class InternalError(SkillevoError):
+    """An exception no rule anticipated (a bug in skillevo): one line, and the work finished so far was kept."""
+
+    exit_code = 70  # EX_SOFTWARE (sysexits.h)
+    label = "internal error"
+
+
 EXIT_CODES = {cls.label: cls.exit_code for cls in (BadInput, RolledBack, RollbackIncomplete, BrokenEnvironment,
-                                                   Interrupted)}
+                                                   Interrupted, InternalError)}
 
 
 def one_line(text: str) -> str:

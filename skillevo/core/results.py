@@ -153,7 +153,7 @@ def read_artifact(meta: Mapping[str, Any], directory: Path) -> bytes:
     return data
 
 
-def _check_row(row: Mapping[str, Any], where: str) -> None:
+def check_row(row: Mapping[str, Any], where: str) -> None:
     """Rules a schema cannot state within one row."""
     if row["resolved"] and not (row["verify_passed"] and row["oracle_passed"] and row["error_kind"] is None):
         raise BadInput(f"{where}: resolved without verify and oracle passing, or with an error_kind (rule: resolved)")
@@ -179,7 +179,7 @@ def read_rows(directory: Path, side: str | None = None) -> tuple[list[tuple[str,
         where = f"{path}:{number}"
         row = documents.parse_json(line, where)
         validate(row, "result-row", where)
-        _check_row(row, where)
+        check_row(row, where)
         if side is not None and row["side"] != side:
             raise BadInput(f"{where}: $.side: is {row['side']!r}, but the row is in the {side} side (rule: side)")
         cell = (row["task"], row["arm"], row["run"])

@@ -11,7 +11,7 @@ import errno
 import os
 import secrets
 import stat
-from collections.abc import Collection, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterator, Mapping
 from pathlib import Path
 
 from skillevo.core.errors import BadInput
@@ -153,12 +153,69 @@ def read_text(path: str | Path, *, max_bytes: int, what: str = "file", allow_nul
     return decode(read_file(path, max_bytes=max_bytes, what=what), str(path), what, allow_nul=allow_nul)
 
 
+def scan(root: str | Path, *, skip: Callable[[str], bool] = lambda rel: False, strict: bool = True,
+         ) -> Iterator[tuple[str, int, str, os.stat_result]]:
+    """(relative POSIX path, its directory's fd, its name, its lstat) of every entry below `root`, directories
+    included (each before what it holds), in sorted order. One directory fd is open at a time (going up by `..`)
+    and nothing recurses, so no depth or path length stops it; links are never followed, and `skip` prunes a path
+    and what is below it. A directory fd yielded is valid until the next step. With strict=False, what vanishes or
+    cannot be opened meanwhile is skipped; otherwise the OSError propagates. `root` must be a directory reached
+    without symlinks (OSError)."""
+    fd = os.open(root, DIR_FLAGS)
+
+    def listing(dir_fd: int) -> list[str]:
+        with os.scandir(dir_fd) as entries:
+            return sorted((e.name for e in entries), reverse=True)  # popped from the end: sorted order
+
+    try:
+        stack = [(listing(fd), "")]  # (names left in a directory, its path below root)
+        while stack:
+            names, prefix = stack[-1]
+            if not names:
+                stack.pop()
+                if stack:
+                    parent = os.open("..", DIR_FLAGS, dir_fd=fd)
+                    os.close(fd)
+                    fd = parent
+                continue
+            name = names.pop()
+            rel = f"{prefix}{name}"
+            if skip(rel):
+                continue
+            try:
+                st = os.lstat(name, dir_fd=fd)
+            except OSError:
+                if strict:
+                    raise
+                continue
+            yield rel, fd, name, st
+            if stat.S_ISDIR(st.st_mode):
+                try:
+                    child = os.open(name, DIR_FLAGS, dir_fd=fd)
+                except OSError:
+                    if strict:
+                        raise
+                    continue
+                try:
+                    below = listing(child)
+                except BaseException as e:
+                    os.close(child)
+                    if strict or not isinstance(e, OSError):
+                        raise
+                    continue
+                os.close(fd)
+                fd = child
+                stack.append((below, rel + "/"))
+    finally:
+        os.close(fd)
+
+
 def walk(root: str | Path, *, ignore: frozenset[str] = frozenset(), max_entries: int = 100_000) -> Iterator[str]:
-    """Relative POSIX paths of every regular file below `root`, in sorted order, directories opened one fd at a
-    time with O_NOFOLLOW. A symlink or special file anywhere (root included) is BadInput naming it."""
+    """Relative POSIX paths of every regular file below `root`, in sorted order (scan: no depth stops it). A symlink
+    or special file anywhere (root included) is BadInput naming it."""
     root = Path(root)
     try:
-        top = os.open(root, DIR_FLAGS)
+        os.close(os.open(root, DIR_FLAGS))
     except OSError as e:
         if e.errno in (errno.ELOOP, errno.ENOTDIR):
             raise BadInput(f"{root}: must be a directory reached without symlinks (rule: no symlinks)") from None
@@ -166,34 +223,14 @@ def walk(root: str | Path, *, ignore: frozenset[str] = frozenset(), max_entries:
             raise BadInput(f"{root}: directory does not exist (rule: inputs exist)") from None
         raise
     count = 0
-
-    def visit(fd: int, prefix: str) -> Iterator[str]:
-        nonlocal count
-        with os.scandir(fd) as entries:
-            names = sorted(e.name for e in entries)
-        for name in names:
-            if name in ignore:
-                continue
-            count += 1
-            rel = f"{prefix}{name}"
-            if count > max_entries:
-                raise BadInput(f"{root}/{rel}: more than {max_entries} entries below {root} (rule: entry count)")
-            st = os.lstat(name, dir_fd=fd)
-            if stat.S_ISDIR(st.st_mode):
-                child = os.open(name, DIR_FLAGS, dir_fd=fd)
-                try:
-                    yield from visit(child, rel + "/")
-                finally:
-                    os.close(child)
-            elif stat.S_ISREG(st.st_mode):
-                yield rel
-            else:
-                raise BadInput(f"{root}/{rel}: {_kind(st)}")
-
-    try:
-        yield from visit(top, "")
-    finally:
-        os.close(top)
+    for rel, _, _, st in scan(root, skip=lambda rel: rel.rsplit("/", 1)[-1] in ignore):
+        count += 1
+        if count > max_entries:
+            raise BadInput(f"{root}/{rel}: more than {max_entries} entries below {root} (rule: entry count)")
+        if stat.S_ISREG(st.st_mode):
+            yield rel
+        elif not stat.S_ISDIR(st.st_mode):
+            raise BadInput(f"{root}/{rel}: {_kind(st)}")
 
 
 def read_tree(root: str | Path, *, max_file_bytes: int, max_total_bytes: int, max_files: int = 100_000,
@@ -269,8 +306,8 @@ def write_atomic(path: str | Path, data: bytes, *, mode: int = 0o644) -> None:
 def remove_tree(path: str | Path) -> None:
     """Remove a tree the harness owns, whatever an agent left in it: read-only and mode-000 directories are made
     ours again (chmod) before they are opened, files of any mode or kind are unlinked, links are removed and never
-    followed, and the walk holds directory fds (no path is too long) without recursion. OSError if something
-    still cannot be removed (a directory nested deeper than the fds this process may open)."""
+    followed, and the walk holds one directory fd at a time (going up by `..`), without recursion: no depth or
+    path length stops it. OSError if something still cannot be removed."""
     path = Path(path)
     try:
         st = os.lstat(path)
@@ -281,16 +318,18 @@ def remove_tree(path: str | Path) -> None:
         return
     if stat.S_IMODE(st.st_mode) & 0o700 != 0o700:
         os.chmod(path, 0o700)
-    top = os.open(path, DIR_FLAGS)
-    stack: list[tuple[int, list[str], str]] = [(top, os.listdir(top), "")]  # (dir fd, names left, its name)
+    fd = os.open(path, DIR_FLAGS)
+    stack: list[tuple[list[str], str]] = [(os.listdir(fd), "")]  # (names left in a directory, its own name)
     try:
         while stack:
-            fd, names, _ = stack[-1]
+            names, own = stack[-1]
             if not names:
-                _, _, name = stack.pop()
-                os.close(fd)
-                if stack:
-                    os.rmdir(name, dir_fd=stack[-1][0])
+                stack.pop()
+                if stack:  # up one level, then remove the emptied directory from there
+                    parent = os.open("..", DIR_FLAGS, dir_fd=fd)
+                    os.close(fd)
+                    fd = parent
+                    os.rmdir(own, dir_fd=fd)
                 continue
             name = names.pop()
             try:
@@ -303,59 +342,22 @@ def remove_tree(path: str | Path) -> None:
             if stat.S_IMODE(st.st_mode) & 0o700 != 0o700:
                 os.chmod(name, 0o700, dir_fd=fd)  # a directory, not a link (lstat): nothing is followed
             child = os.open(name, DIR_FLAGS, dir_fd=fd)
-            try:
-                stack.append((child, os.listdir(child), name))
-            except BaseException:
-                os.close(child)
-                raise
-    finally:
-        for fd, _, _ in stack:
             os.close(fd)
+            fd = child
+            stack.append((os.listdir(fd), name))
+    finally:
+        os.close(fd)
     os.rmdir(path)
 
 
 def allocated(root: str | Path) -> int:
-    """Bytes allocated on disk (st_blocks) to `root` and everything below it, links not followed, walked by directory
-    fd without recursion, so no path length hides a file; what vanishes or cannot be opened meanwhile is skipped."""
+    """Bytes allocated on disk (st_blocks) to `root` and everything below it, links not followed (scan: no depth or
+    path length hides a file); what vanishes or cannot be opened meanwhile is skipped."""
     try:
-        top = os.open(root, DIR_FLAGS)
+        total = os.lstat(root).st_blocks * 512
+        return total + sum(st.st_blocks * 512 for _, _, _, st in scan(root, strict=False))
     except OSError:
         return 0
-    total = os.fstat(top).st_blocks * 512
-    stack: list[tuple[int, Iterator[os.DirEntry]]] = []
-    try:
-        stack.append((top, os.scandir(top)))
-    except OSError:
-        os.close(top)
-        return total
-    try:
-        while stack:
-            fd, entries = stack[-1]
-            try:
-                entry = next(entries, None)
-            except OSError:
-                entry = None
-            if entry is None:
-                stack.pop()
-                entries.close()
-                os.close(fd)
-                continue
-            try:
-                st = entry.stat(follow_symlinks=False)
-                total += st.st_blocks * 512
-                if stat.S_ISDIR(st.st_mode):
-                    child = os.open(entry.name, DIR_FLAGS, dir_fd=fd)
-                    try:
-                        stack.append((child, os.scandir(child)))
-                    except OSError:
-                        os.close(child)
-            except OSError:
-                continue
-    finally:
-        for fd, entries in stack:
-            entries.close()
-            os.close(fd)
-    return total
 
 
 def with_exec(mode: int) -> int:

@@ -14,6 +14,7 @@ import errno
 import os
 import signal
 import sys
+import traceback
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
@@ -22,6 +23,7 @@ from skillevo.core.config import Params
 from skillevo.core.errors import (
     BadInput,
     BrokenEnvironment,
+    InternalError,
     Interrupted,
     SkillevoError,
     one_line,
@@ -108,6 +110,11 @@ def main(name: str, parser: argparse.ArgumentParser, run: Run, argv: list[str] |
         return report(name, _from_os_error(e))
     except MemoryError:
         return report(name, BrokenEnvironment("out of memory"))
+    except Exception as e:  # noqa: BLE001 - one line, never a traceback the user must read; finished work is kept
+        if os.environ.get("SKILLEVO_TRACEBACK"):
+            traceback.print_exc()
+        return report(name, InternalError(f"{type(e).__name__}: {str(e)[:300]} (a bug in skillevo: please report it; "
+                                          "SKILLEVO_TRACEBACK=1 prints the traceback)"))
     if summary:
         print(summary, flush=True)
     return 0

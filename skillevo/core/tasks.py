@@ -32,6 +32,17 @@ MAX_ORACLE_TOTAL = 2 << 20
 MAX_TARGET_FILE = 64 << 20
 MAX_TARGET_TOTAL = 1 << 30
 IGNORED_DIRS = frozenset({"__pycache__", ".pytest_cache"})  # tool caches a developer may leave in a target
+# What the CLI would load from a project as skills, settings (hooks), agents, commands, memory or MCP servers: the
+# bench installs the family under test itself, so a target's own copies (any commit of a repository that ships
+# skills has them) never reach a workspace, at any depth (the CLI also finds nested .claude/ and CLAUDE.md).
+AGENT_CONFIG_DIRS = frozenset({".claude"})
+AGENT_CONFIG_FILES = frozenset({"CLAUDE.md", "CLAUDE.local.md", ".mcp.json"})
+
+
+def agent_config(rel: str) -> bool:
+    """True for a target path the agent's CLI would load as project configuration (it is left out of workspaces)."""
+    parts = rel.strip("/").split("/")
+    return any(part in AGENT_CONFIG_DIRS for part in parts[:-1]) or parts[-1] in AGENT_CONFIG_DIRS | AGENT_CONFIG_FILES
 
 
 class TaskError(BadInput):
@@ -84,9 +95,6 @@ def _resolve_target(raw: dict, base: Path, roots: tuple[Path, ...], source: Path
                                    "allowed root)", source)
     if target.is_symlink() or not target.is_dir():
         raise _fail(tid, "target", f"{raw['target']} must be an existing directory, not a symlink", source)
-    if (target / ".claude").exists():
-        raise _fail(tid, "target", "the target contains .claude/; the bench installs the skills itself "
-                    "(rule: skill-free targets)", source)
     if (target / ".git").exists():
         ref = raw.get("ref", "HEAD")
         out = subprocess.run(["git", "-C", str(target), "rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}"],
@@ -249,13 +257,14 @@ def archive(task: Task) -> bytes:
 
 
 def tree_files(task: Task) -> Iterator[tuple[str, bytes]]:
-    """The task's pinned tree as (path, bytes): the git commit's files, or the plain directory's."""
+    """The task's pinned tree as (path, bytes) as a workspace gets it: the git commit's files, or the plain
+    directory's, without agent configuration (agent_config)."""
     if task.target_kind == "dir":
-        yield from dir_entries(task.target_dir)
+        yield from ((rel, data) for rel, data in dir_entries(task.target_dir) if not agent_config(rel))
         return
     with tarfile.open(fileobj=io.BytesIO(archive(task))) as tar:
         for member in tar:
-            if member.isfile():
+            if member.isfile() and not agent_config(member.name):
                 f = tar.extractfile(member)
                 if f is not None:
                     yield member.name, f.read()

@@ -33,7 +33,7 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _run(args: argparse.Namespace) -> str:
-    store = cellstore.Store(args.store)
+    store = cellstore.Store(args.store, cellstore.team_key())
     if args.command == "ls":
         return f"{args.store}: {sum(1 for _ in store.keys())} stored cells"
     if args.command == "gc":
@@ -41,10 +41,13 @@ def _run(args: argparse.Namespace) -> str:
         counts = store.gc(params.gate.max_age_days, harness_digest=harness.digest() if args.other_harness else None)
         return "cells gc: " + ", ".join(f"{n} {what.replace('_', ' ')}" for what, n in counts.items())
     fs, base = cellstore.remote(args.repo, args.remote, args.command)
+    unkeyed = "" if store.secret is not None else f" (no {cellstore.KEY_ENV}: entries are shared only under a team key)"
     if args.command == "push":
-        return f"cells push: {cellstore.push(store, fs, base)} entries uploaded to {base}"
+        sent, held = cellstore.push(store, fs, base)
+        return (f"cells push: {sent} entries uploaded to {base}" + (f", {held} held back" if held else "") + unkeyed)
     fetched, dropped = cellstore.pull(store, fs, base)
-    return f"cells pull: {fetched} entries fetched from {base}" + (f", {dropped} dropped" if dropped else "")
+    return (f"cells pull: {fetched} entries fetched from {base}" + (f", {dropped} dropped" if dropped else "")
+            + unkeyed)
 
 
 def main(argv: Iterable[str] | None = None) -> int:

@@ -120,7 +120,7 @@ def collect(repo: Path, max_age_days: float, *, dry_run: bool = False, store: Pa
             if not dry_run:
                 obj.unlink()
     if store is not None:
-        cells = cellstore.Store(store)
+        cells = cellstore.Store(store, cellstore.team_key())
         report.cells = ({"entries": sum(1 for _ in cells.keys())} if dry_run else cells.gc(max_age_days))
     return report
 

@@ -117,7 +117,9 @@ def run(spec: SandboxSpec, argv: list[str], *, stdin: bytes = b"", timeout_s: fl
     watch = None
     if spec.limits is not None:
         workspace = spec.workspace if spec.workspace_writable else None
-        watch = Watch(spec.limits, lambda: namespace.pid, workspace).exceeded
+        writable = tuple(m.src for m in spec.mounts if m.writable) + \
+            ((spec.relay_socket_dir,) if spec.relay_socket_dir is not None else ())
+        watch = Watch(spec.limits, lambda: namespace.pid, workspace, writable).exceeded
     try:
         return process.run(command(spec, argv, status_fd=write_fd), stdin=stdin, timeout_s=timeout_s,
                            pass_fds=(write_fd,), watch=watch, **kwargs)

@@ -6,8 +6,9 @@ the user across all cells, so the limits a cell shares with nobody are enforced 
 
 - kernel limits, inherited by every process in the sandbox: RLIMIT_FSIZE (one file) and RLIMIT_CPU (one
   process), set by `prlimit` before bwrap starts; /tmp and HOME are tmpfs mounts of a fixed size (bwrap --size);
-- a watchdog over the sandbox's process tree and its workspace, polled while it runs: processes, private
-  memory, CPU time of the whole tree, and the workspace's growth on disk. The first limit crossed stops the
+- a watchdog over the sandbox's process tree and every host directory it may write (the workspace, the oracle's
+  report directory, the relay's socket directory), polled while it runs: processes, private memory, CPU time of
+  the whole tree, and those directories' growth on disk. The first limit crossed stops the
   whole sandbox and is reported, so the cell is a measured failure of its own making, never a neighbour's.
 """
 
@@ -94,11 +95,21 @@ def _usage(pid: int) -> tuple[int, float] | None:
 class Watch:
     """Which limit the sandbox crossed first, if any; `init` is the PID of its namespace's first process."""
 
-    def __init__(self, limits: Limits, init: Callable[[], int | None], workspace: Path | None) -> None:
-        self.limits, self._init, self.workspace = limits, init, workspace
-        self._baseline = allocated(workspace) if workspace is not None else 0
+    def __init__(self, limits: Limits, init: Callable[[], int | None], workspace: Path | None,
+                 writable: tuple[Path, ...] = ()) -> None:
+        """`workspace` and `writable` (every other host directory mounted writable: the oracle's report directory,
+        the relay's socket directory) share the disk limit: code in the sandbox can fill any of them."""
+        self.limits, self._init = limits, init
+        self.dirs = (*((workspace,) if workspace is not None else ()), *writable)
+        self.what = ("the workspace" if workspace is not None else "") + \
+            (" and the sandbox's other writable mounts" if workspace is not None and writable else
+             "the sandbox's writable mounts" if writable else "")
+        self._baseline = self._allocated()
         self._next_proc = self._next_disk = 0.0
         self.crossed: str | None = None
+
+    def _allocated(self) -> int:
+        return sum(allocated(d) for d in self.dirs)
 
     def exceeded(self) -> str | None:
         if self.crossed is None:
@@ -106,11 +117,11 @@ class Watch:
             if now >= self._next_proc:
                 self._next_proc = now + PROC_POLL_S
                 self.crossed = self._check_processes()
-            if self.crossed is None and self.workspace is not None and now >= self._next_disk:
+            if self.crossed is None and self.dirs and now >= self._next_disk:
                 self._next_disk = now + DISK_POLL_S
-                grown = allocated(self.workspace) - self._baseline
+                grown = self._allocated() - self._baseline
                 if grown > self.limits.disk_mb << 20:
-                    self.crossed = (f"disk: the workspace grew by {grown >> 20} MB, over bench.limits.disk_mb "
+                    self.crossed = (f"disk: {self.what} grew by {grown >> 20} MB, over bench.limits.disk_mb "
                                     f"{self.limits.disk_mb}")
         return self.crossed
 

@@ -3,11 +3,43 @@
 With PYTHONSAFEPATH=1 nothing the agent wrote is on sys.path when the test runner is imported; the code
 under test is appended here, after the standard library and site-packages, so a workspace file named like
 the runner, one of its modules or a plugin (pytest.py, _pytest/, pluggy.py) can never stand in for it.
+
+The code under test is its source: modules found under the workspace are compiled from their .py files every
+time, so a `__pycache__/*.pyc` the agent wrote (an unchecked-hash pyc, or a timestamp pyc whose header copies
+the source's mtime and size) and a sourceless `.pyc` left in place of a module are never loaded.
 """
 
+import importlib.machinery
 import os
 import sys
 
 _code = os.environ.get("SKILLEVO_CODE_DIR")
 if _code and _code not in sys.path:
     sys.path.append(_code)
+
+
+class _SourceOnlyLoader(importlib.machinery.SourceFileLoader):
+    """Compiles the source, never reads a cached .pyc (whatever its header claims)."""
+
+    def get_code(self, fullname):
+        path = self.get_filename(fullname)
+        return self.source_to_code(self.get_data(path), path)
+
+
+_source_only = importlib.machinery.FileFinder.path_hook(
+    (importlib.machinery.ExtensionFileLoader, importlib.machinery.EXTENSION_SUFFIXES),
+    (_SourceOnlyLoader, importlib.machinery.SOURCE_SUFFIXES))  # no SourcelessFileLoader: a bare .pyc is no module
+
+
+def _workspace_finder(entry):
+    """The finder for a sys.path entry inside the workspace (pytest inserts test directories too); other
+    entries (the standard library, site-packages) keep Python's own finders and caches."""
+    real = os.path.realpath(entry or os.getcwd())
+    if _code and (real == _code or real.startswith(_code.rstrip("/") + "/")):
+        return _source_only(entry)
+    raise ImportError("not the workspace")
+
+
+if _code:
+    sys.path_hooks.insert(0, _workspace_finder)
+    sys.path_importer_cache.clear()
