@@ -255,7 +255,6 @@ CASES: dict[str, tuple[Callable[[World], list[str]], Callable[[World], object], 
     "tasks: unknown key": (bench, lambda w: w.set_task(colour="red"), rf"{T}: \$\.tasks\[0\]: Additional properties are not allowed \('colour'"),
     "tasks: no verify": (bench, lambda w: _write(w.tasks, yaml.safe_dump({**w.tasks_doc(), "tasks": [{k: v for k, v in w.tasks_doc()["tasks"][0].items() if k != "verify"}]})), rf"{T}: \$\.tasks\[0\]: 'verify' is a required property"),
     "tasks: five-second timeout": (bench, lambda w: w.set_task(timeout_s=5), rf"{T}: \$\.tasks\[0\]\.timeout_s: 5 is less than the minimum of 10"),
-    "tasks: target ships .claude/": (bench, lambda w: (w.tasks.parent / "targets/greet/.claude").mkdir(), rf"{T}: task 'greet': target: the target contains \.claude/"),
     "tasks: ref on a plain directory": (bench, lambda w: w.set_task(ref="main"), rf"{T}: task 'greet': ref: ref applies to git targets only"),
     # the skill family
     "skills: NUL byte": (bench, lambda w: _write(w.skill(), b"---\nname: work\n---\nok\x00\n"), r"skills/work/SKILL\.md: skill file holds a NUL byte .*\(rule: text without NUL\)"),
