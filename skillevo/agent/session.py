@@ -23,7 +23,7 @@ from skillevo import sandbox
 from skillevo.agent import cli, stream, transcript
 from skillevo.core import arms, events, models
 from skillevo.core.redact import redact_text
-from skillevo.sandbox import LAUNCHER, LAUNCHER_DST, Mount, SandboxSpec
+from skillevo.sandbox import Mount, SandboxSpec
 
 RELAY_PORT = 8787  # inside the sandbox's private network namespace, so it never collides
 DEFAULT_TOOLS = ("Skill", "Read", "Edit", "Write", "Bash", "Glob", "Grep")
@@ -115,14 +115,13 @@ def run_session(spec: SessionSpec) -> dict[str, Any]:
     }
     with tempfile.TemporaryDirectory(prefix="skillevo-session-") as tmp:
         private = Path(tmp)
-        mounts = [Mount(binary, cli.CLI_DST), Mount(LAUNCHER, LAUNCHER_DST)]
+        mounts = [Mount(binary, cli.CLI_DST)]
         mounts += [Mount(spec.workspace / rel, f"{sandbox.WORKDIR}/{rel}") for rel in spec.readonly_paths
                    if (spec.workspace / rel).exists()]
         mounts += list(spec.mounts)
         box = SandboxSpec(workspace=spec.workspace, private=private / "box", env=_env(spec), mounts=tuple(mounts),
                           relay_socket_dir=private / "relay", limits=spec.limits)
-        argv = [LAUNCHER_DST] + cli.argv(model=spec.model, tools=spec.tools, max_turns=spec.max_turns,
-                                         effort=spec.effort)
+        argv = cli.argv(model=spec.model, tools=spec.tools, max_turns=spec.max_turns, effort=spec.effort)
         cred = spec.credential  # sent by the relay in the header the CLI would use for its variable
         with sandbox.Relay(spec.endpoint, cred.secret if cred else None, private / "relay", timeout_s=spec.timeout_s,
                            auth_header=cred.header if cred else "x-api-key") as relay:

@@ -21,6 +21,8 @@ from skillevo.core.limits import Limits
 from skillevo.sandbox import process
 from skillevo.sandbox.bwrap import (
     HOME,
+    LAUNCHER,
+    LAUNCHER_DST,
     RELAY_DIR,
     WORKDIR,
     Mount,
@@ -31,9 +33,6 @@ from skillevo.sandbox.bwrap import (
 from skillevo.sandbox.process import Finished
 from skillevo.sandbox.relay import PLACEHOLDER_KEY, Relay
 from skillevo.sandbox.watch import Watch
-
-LAUNCHER = Path(__file__).resolve().parent / "launch.sh"
-LAUNCHER_DST = "/opt/skillevo/launch.sh"
 
 __all__ = ["HOME", "LAUNCHER", "LAUNCHER_DST", "PLACEHOLDER_KEY", "RELAY_DIR", "WORKDIR", "Finished", "Limits",
            "Mount", "Relay", "SandboxSpec", "SandboxUnavailable", "base_env", "command", "preflight", "run"]
@@ -110,8 +109,27 @@ class _Namespace:
             self._pidfd = None
 
 
+class _Lifeline:
+    """One pipe per process: this process holds the only write end, for as long as it lives, and never writes;
+    every sandbox gets a copy of the read end, which reads as end-of-file once this process is gone."""
+
+    _lock = threading.Lock()
+    _pid: int | None = None
+    _read: int = -1
+
+    @classmethod
+    def fd(cls) -> int:
+        """A fresh copy of the read end, for one sandbox (the caller hands it over and closes it)."""
+        with cls._lock:
+            if cls._pid != os.getpid():  # first use, or a forked child: a pipe of its own
+                cls._read, _write = os.pipe()  # both close-on-exec; the write end is kept open on purpose
+                cls._pid = os.getpid()
+            return os.dup(cls._read)
+
+
 def run(spec: SandboxSpec, argv: list[str], *, stdin: bytes = b"", timeout_s: float, **kwargs) -> Finished:
     """Run `argv` contained; with spec.limits, a crossed limit stops the whole sandbox (state "limit")."""
+    lifeline = _Lifeline.fd()
     read_fd, write_fd = os.pipe()
     namespace = _Namespace(read_fd)
     watch = None
@@ -121,8 +139,8 @@ def run(spec: SandboxSpec, argv: list[str], *, stdin: bytes = b"", timeout_s: fl
             ((spec.relay_socket_dir,) if spec.relay_socket_dir is not None else ())
         watch = Watch(spec.limits, lambda: namespace.pid, workspace, writable).exceeded
     try:
-        return process.run(command(spec, argv, status_fd=write_fd), stdin=stdin, timeout_s=timeout_s,
-                           pass_fds=(write_fd,), watch=watch, **kwargs)
+        return process.run(command(spec, argv, status_fd=write_fd, lifeline_fd=lifeline), stdin=stdin,
+                           timeout_s=timeout_s, pass_fds=(write_fd, lifeline), watch=watch, **kwargs)
     finally:
         namespace.kill()
 

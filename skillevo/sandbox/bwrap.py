@@ -18,6 +18,8 @@ WORKDIR = "/work"
 HOME = "/home/agent"
 RELAY_DIR = "/run/skillevo"
 RELAY_SOCKET = f"{RELAY_DIR}/relay.sock"
+LAUNCHER = Path(__file__).resolve().parent / "launch.sh"  # every sandbox's first process
+LAUNCHER_DST = "/opt/skillevo/launch.sh"
 UID = GID = 1000
 
 _SYSTEM_DIRS = ("bin", "lib", "lib64", "lib32", "libx32", "sbin")
@@ -75,11 +77,13 @@ def _identity_files(private: Path) -> list[str]:
             "--ro-bind", str(etc / "hosts"), "/etc/hosts"]
 
 
-def command(spec: SandboxSpec, argv: list[str], status_fd: int | None = None) -> list[str]:
-    """The full argv: bwrap, its options, then `argv` to run inside.
+def command(spec: SandboxSpec, argv: list[str], status_fd: int | None = None,
+            lifeline_fd: int | None = None) -> list[str]:
+    """The full argv: bwrap, its options, then the launcher and `argv` to run inside.
 
     With `status_fd`, bwrap reports the sandbox's first process (the PID namespace's init) there as
-    JSON, so the caller can kill the whole namespace however bwrap itself ended.
+    JSON, so the caller can kill the whole namespace however bwrap itself ended. `lifeline_fd` is read
+    inside by the launcher: end-of-file there means the caller is gone and the sandbox kills itself.
     """
     for sub in ("home", "tmp"):
         (spec.private / sub).mkdir(parents=True, exist_ok=True)
@@ -113,10 +117,14 @@ def command(spec: SandboxSpec, argv: list[str], status_fd: int | None = None) ->
         args += ["--bind", str(spec.relay_socket_dir), RELAY_DIR]
     for m in spec.mounts:
         args += ["--bind" if m.writable else "--ro-bind", str(m.src), m.dst]
-    for key, value in sorted(spec.env.items()):
+    args += ["--ro-bind", str(LAUNCHER), LAUNCHER_DST]
+    env = dict(spec.env)
+    if lifeline_fd is not None:
+        env["SKILLEVO_LIFELINE_FD"] = str(lifeline_fd)
+    for key, value in sorted(env.items()):
         args += ["--setenv", key, value]
     if status_fd is not None:
         args += ["--json-status-fd", str(status_fd)]
     args += ["--chdir", WORKDIR, "--"]
     prefix = spec.limits.prlimit() if spec.limits is not None else []
-    return prefix + args + list(argv)
+    return prefix + args + [LAUNCHER_DST, *argv]
