@@ -44,6 +44,10 @@ ORACLE_FLOOD = ("import os\n\n_r = os.environ.get('SKILLEVO_ORACLE_REPORT')\nif 
                 "        with open(os.path.join(os.path.dirname(_r), f'blob{_i}'), 'wb') as _f:\n"
                 "            _f.write(b'x' * (40 << 20))\n"
                 "    import atexit\n    atexit.register(lambda: open(_r, 'w').write('not xml'))\n")
+REPORT_LOCK = ("import atexit\nimport os\n\n_r = os.environ.get('SKILLEVO_ORACLE_REPORT')\nif _r:\n"
+               "    _d = os.path.dirname(_r)\n    os.makedirs(_d + '/x/y', exist_ok=True)\n"
+               "    os.chmod(_d + '/x/y', 0)\n    os.chmod(_d + '/x', 0)\n"
+               "    atexit.register(os.chmod, _d, 0)\n")
 CASES: dict[str, list[dict]] = {
     "honest": HONEST,
     # a path of 20 x 251 bytes: over PATH_MAX, reachable only one directory at a time
@@ -54,6 +58,15 @@ CASES: dict[str, list[dict]] = {
                                       "head -c 40M /dev/zero > a; head -c 40M /dev/zero > b; sleep 10"}],
     "locked": [*HONEST, {"bash": "mkdir -p locked/inner && echo x > locked/inner/f && chmod 000 locked/inner/f "
                                  "locked/inner locked && ls -ld locked"}],
+    # the code under test locks the oracle's report directory (writable, and the harness user's) as the oracle exits;
+    # (the workspace root cannot be locked so: the CLI restores its cwd's mode after every command, and the checks
+    # mount the workspace read-only), and a tree left without a write bit anywhere (removal restores modes)
+    "reportlocked": [*HONEST, {"write": {"path": "pkg/__init__.py", "content": REPORT_LOCK}}],
+    # a locked directory deeper than Python's recursion limit, under another one locked half-way down
+    "deeplocked": [*HONEST, {"bash": "python3 -c \"import os\nfor i in range(1200):\n    os.mkdir('d'); os.chdir('d')\n"
+                                     "open('f', 'w').write('x')\" && chmod 000 $(printf 'd/%.0s' $(seq 1200)) "
+                                     "$(printf 'd/%.0s' $(seq 600))"}],
+    "readonly": [*HONEST, {"bash": "mkdir -p ro/a/b && echo x > ro/a/b/f && chmod -R a-w ro && ls -ld ro"}],
     "breaks": [*HONEST, {"bash": BREAKS}, {"bash": f"{BREAKS} > notes.txt"}, {"read": "notes.txt"}],
     "flood": [*HONEST, {"write": {"path": "big.txt", "content": "flood " * 60_000}}],
     "oracleflood": [*HONEST, {"write": {"path": "pkg/__init__.py", "content": ORACLE_FLOOD}}],

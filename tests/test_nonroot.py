@@ -1,0 +1,57 @@
+"""The permission cases as they really happen: a harness run by a user (not root, which reads and removes
+mode-000 files regardless) owns what its sandboxed agent wrote, and the kernel refuses that user a directory the
+agent left without r-x. Here the cells run, through the real CLI and bwrap, in a child that has dropped to the
+`nobody` uid: CI runs as root, so this is the only place the modes bite."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from skillevo.core import safefs
+
+ROOT = Path(__file__).resolve().parents[1]
+NOBODY = 65534
+pytestmark = [pytest.mark.cli, pytest.mark.bwrap,
+              pytest.mark.skipif(os.geteuid() != 0 or shutil.which("setpriv") is None,
+                                 reason="needs root to become another user")]
+SCRIPT = """
+import json, os, sys
+from pathlib import Path
+sys.path.insert(0, sys.argv[1])
+from tests.test_measured_failures import _run
+assert os.geteuid() != 0
+results = _run(Path(sys.argv[2]), sys.argv[3:])  # asserts every cell directory was removed
+print(json.dumps({name: result.row for name, result in results.items()}))
+"""
+
+
+def test_cells_an_agent_left_unreadable_are_measured_and_removed_by_a_harness_that_is_not_root():
+    base = Path(tempfile.mkdtemp(prefix="skillevo-nonroot-"))  # pytest's tmp is private to root
+    os.chown(base, NOBODY, NOBODY)
+    env = {"PATH": os.environ["PATH"], "PYTHONDONTWRITEBYTECODE": "1", "TMPDIR": str(base),
+           "SKILLEVO_CLAUDE": os.environ["SKILLEVO_CLAUDE"], "HOME": str(base)}
+    try:
+        done = subprocess.run(["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups",
+                               sys.executable, "-c", SCRIPT, str(ROOT), str(base / "run"),
+                               "honest", "locked", "reportlocked", "deeplocked", "readonly"],
+                              capture_output=True, text=True, timeout=600, env=env)
+        assert done.returncode == 0, done.stderr[-3000:]
+        rows = json.loads(done.stdout.splitlines()[-1])
+    finally:
+        safefs.remove_tree(base)
+    honest = rows["honest"]
+    assert honest["resolved"] is True and honest["error_kind"] is None, honest["error_detail"]
+    for name in ("locked", "reportlocked", "deeplocked"):  # the kernel refused the harness: the agent's measured failure, paid
+        row = rows[name]
+        assert row["error_kind"] == "workspace-error" and "Permission denied" in row["error_detail"], (name, row)
+        assert row["resolved"] is False and row["cost_usd"] >= honest["cost_usd"] > 0
+    readonly = rows["readonly"]  # readable, only unwritable: measured like any other work, then removed
+    assert readonly["resolved"] is True and readonly["diff_files"] == 3, readonly["error_detail"]
