@@ -8,13 +8,18 @@ workspace of the demo's smallest task: make greet() say hello, checked by a hidd
 
 from __future__ import annotations
 
+import gzip
 import json
+import os
+import subprocess
+import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 import yaml
 
-from skillevo.bench import plan, run_side
+from skillevo.bench import cellstore, plan, run_side
 from skillevo.core import config
 from skillevo.core.results import load_side
 from skillevo.evidence import make_bundle
@@ -62,6 +67,7 @@ def _w(path: str, content: str) -> dict:
 
 CASES: dict[str, list[dict]] = {
     "honest": HONEST,
+    "honest2": HONEST,
     # runner shadowing: a pytest.py at the root, for `python3 -m pytest` run in the workspace
     "shadow": [*LAZY, _w("pytest.py", SPOOF_RUNNER)],
     # the same tricks under a correct solution: if any of them were run, the checks would fail
@@ -107,6 +113,8 @@ CASES: dict[str, list[dict]] = {
 }
 PLAN_EDITS = [{"edit": {"path": "pkg/greet.py", "old": '"hi"', "new": '"hello"'}},
               _w("docs/plan.md", "edit greet, then test it\n")]
+TEAM_KEY = "hostile-agent-test-team-key-0123456789"
+ROOT = Path(__file__).resolve().parents[1]
 LIMITS = {"processes": 64, "memory_mb": 1536, "cpu_s": 600, "disk_mb": 64, "tmp_mb": 64, "file_mb": 64}
 
 
@@ -126,31 +134,92 @@ def _tasks(root: Path, names: list[str], plan: list[dict] | None = None) -> Path
     return tasks_file
 
 
+def _params(root: Path, workers: int, arm: str = "auto") -> config.Params:
+    doc = params_doc(runs=1, workers=workers, bench={"limits": LIMITS})
+    doc["arms"] = {arm: doc["arms"][arm]}
+    (root / "params.yaml").write_text(yaml.safe_dump(doc))
+    return config.parse(doc)
+
+
 def _bench(root: Path, names: list[str], workers: int = 2, arm: str = "auto",
            plan_steps: list[dict] | None = None) -> tuple[dict[str, dict], Path]:
     tasks_file = _tasks(root, names, plan_steps)
-    doc = params_doc(runs=1, workers=workers, bench={"limits": LIMITS})
-    doc["arms"] = {arm: doc["arms"][arm]}
-    params = config.parse(doc)
+    params = _params(root, workers, arm)
     out = root / "out"
     rows = run_side(plan("incumbent", tasks_file, Path(__file__).parents[1] / "skills", None, params), params, out,
                     quiet=True)
     return {row["task"]: row for row in rows}, out
 
 
+def _stage(root: Path, tasks_file: Path, out: Path, store: Path) -> subprocess.CompletedProcess:
+    """The bench stage as dvc runs it, with the team key set (the store authenticates its entries)."""
+    return subprocess.run([sys.executable, "-m", "stages.bench", "--side", "incumbent", "--tasks", str(tasks_file),
+                           "--params", str(root / "params.yaml"), "--out", str(out), "--store", str(store)],
+                          cwd=ROOT, capture_output=True, text=True, timeout=900,
+                          env={**os.environ, cellstore.KEY_ENV: TEAM_KEY})
+
+
 def _patch(out: Path, row: dict) -> str:
     return (out / row["patch"]["path"]).read_text() if row["patch"] else ""
 
 
+@dataclass(frozen=True)
+class Bench:
+    rows: dict[str, dict]
+    out: Path
+    stage: subprocess.CompletedProcess
+    alone: dict  # the honest cell, benched alone before: its entry was then forged in the store
+    store: Path
+
+
 @pytest.fixture(scope="module")
-def spoofs(tmp_path_factory) -> tuple[dict[str, dict], Path]:
-    return _bench(tmp_path_factory.mktemp("spoofs"), ["honest", "shadow", "poison", "conftest", "exit0", "exclude",
-                                                      "timing", "pyc_hash", "pyc_stamp", "pyc_bare"])
+def bench(tmp_path_factory) -> Bench:
+    """One bench stage with one hostile cell of every kind and two honest ones, beside a store whose entry for the
+    first honest cell was forged after an earlier bench paid for it alone (same tasks directory and playbook, so
+    the same cell key)."""
+    root = tmp_path_factory.mktemp("hostile")
+    tasks_file = _tasks(root, list(CASES))
+    _params(root, workers=2)
+    alone_file = tasks_file.with_name("alone.yaml")
+    doc = yaml.safe_load(tasks_file.read_text())
+    alone_file.write_text(yaml.safe_dump({**doc, "tasks": [t for t in doc["tasks"] if t["id"] == "honest"]}))
+    store = root / "store"
+    first = _stage(root, alone_file, root / "alone", store)
+    assert first.returncode == 0, first.stderr
+    [alone] = load_side(root / "alone", "incumbent").rows
+    [entry] = store.glob("v1/*/*.json.gz")
+    forged = json.loads(gzip.decompress(entry.read_bytes()))
+    forged["row"]["resolved"] = not forged["row"]["resolved"]  # the mac no longer verifies
+    entry.write_bytes(gzip.compress(json.dumps(forged).encode()))
+    (store / "v1/00").mkdir()
+    (store / "v1/00" / ("00" * 32 + ".json.gz")).write_bytes(b"not gzip")  # junk beside it
+    out = root / "out"
+    stage = _stage(root, tasks_file, out, store)
+    rows = {row["task"]: row for row in load_side(out, "incumbent").rows} if stage.returncode == 0 else {}
+    return Bench(rows, out, stage, alone, store)
 
 
-def test_no_spoof_is_resolved(spoofs):
-    rows, _ = spoofs
-    assert rows["honest"]["resolved"] is True, rows["honest"]["error_detail"]
+def test_one_bench_with_a_hostile_cell_of_every_kind_ends_0_with_every_honest_row(bench):
+    assert bench.stage.returncode == 0, bench.stage.stderr[-3000:]
+    assert set(bench.rows) == set(CASES)  # a row for every cell, each matching its transcripts (load_side)
+    for name in ("honest", "honest2"):
+        row = bench.rows[name]
+        assert row["resolved"] is True and row["error_kind"] is None, (name, row["error_detail"])
+        for field in ("num_turns", "diff_files", "diff_insertions"):
+            assert row[field] == bench.alone[field], (name, field)
+    for field in ("cost_usd", "input_tokens", "output_tokens"):  # the same cell as alone: measured as if alone
+        assert bench.rows["honest"][field] == bench.alone[field], field
+    # the forged entry was not served: said, paid again, and replaced by one the team key vouches for
+    said = bench.stage.stderr
+    assert "bench: not served:" in said and "(rule: authenticated entries)" in said, said
+    assert bench.rows["honest"]["session_ids"] != bench.alone["session_ids"]
+    verified = cellstore.Store(bench.store, TEAM_KEY.encode())
+    stored = {verified.read(k)["row"]["task"] for k in verified.keys() if not k.startswith("00" * 4)}
+    assert stored == {name for name, row in bench.rows.items() if cellstore.storable(row)}
+
+
+def test_no_spoof_is_resolved(bench):
+    rows = bench.rows
     for name in ("shadow", "conftest", "exit0", "exclude"):
         row = rows[name]
         assert row["resolved"] is False and row["oracle_passed"] is False, (name, row["error_kind"])
@@ -162,16 +231,15 @@ def test_no_spoof_is_resolved(spoofs):
     assert rows["exit0"]["error_kind"] == "oracle-error"  # exit 0 before a report: not a pass
 
 
-def test_tricks_under_a_correct_solution_change_nothing(spoofs):
-    rows, out = spoofs
-    poison = rows["poison"]
+def test_tricks_under_a_correct_solution_change_nothing(bench):
+    poison = bench.rows["poison"]
     assert poison["resolved"] is True and poison["verify_passed"] is True, poison["error_detail"]
     for name in ("pytest.py", "sitecustomize.py", "usercustomize.py", "_pytest/__init__.py", "pluggy.py", "evil.pth"):
-        assert f"diff --git a/{name} b/{name}" in _patch(out, poison), name
+        assert f"diff --git a/{name} b/{name}" in _patch(bench.out, poison), name
 
 
-def test_every_agent_made_file_is_in_the_patch(spoofs):
-    rows, out = spoofs
+def test_every_agent_made_file_is_in_the_patch(bench):
+    rows, out = bench.rows, bench.out
     patch = _patch(out, rows["exclude"])
     for name in ("pytest.py", ".gitignore", ".hidden", "tests/test_greet.py"):
         assert f"diff --git a/{name} b/{name}" in patch, name
@@ -179,10 +247,11 @@ def test_every_agent_made_file_is_in_the_patch(spoofs):
     conftest = _patch(out, rows["conftest"])
     for name in ("conftest.py", "tests/conftest.py", "evilplugin.py", "pytest.ini", "pyproject.toml", "tox.ini"):
         assert f"diff --git a/{name} b/{name}" in conftest, name
+    assert "diff --git a/blob1 b/blob1" in _patch(out, rows["disk"])  # a cell stopped at a limit shows what it wrote
 
 
-def test_no_oracle_timing_reaches_a_row_or_the_evidence(spoofs, tmp_path):
-    rows, out = spoofs
+def test_no_oracle_timing_reaches_a_row_or_the_evidence(bench):
+    rows, out = bench.rows, bench.out
     timing = rows["timing"]
     assert timing["resolved"] is True  # the oracle ran (and slept ~12 s reading its own first byte)
     assert timing["wall_s"] < 10, timing["wall_s"]  # ... which no recorded time includes
@@ -194,40 +263,26 @@ def test_no_oracle_timing_reaches_a_row_or_the_evidence(spoofs, tmp_path):
     assert "oracle_s" not in text and "wall_s" not in text
 
 
-def test_floods_stop_only_their_own_cell_and_the_neighbour_is_measured_as_if_alone(tmp_path):
-    alone, _ = _bench(tmp_path / "alone", ["honest"], workers=1)
-    mixed, _ = _bench(tmp_path / "mixed", ["disk", "honest", "memory", "procs", "report", "deep", "sparse"],
-                      workers=2)
+def test_floods_stop_only_their_own_cell(bench):
+    rows = bench.rows
     for name, what in (("disk", "disk"), ("memory", "memory"), ("procs", "processes")):
-        row = mixed[name]
+        row = rows[name]
         assert row["error_kind"] == "cell-limit" and what in row["error_detail"], (name, row["error_detail"])
         assert row["resolved"] is False
         assert row["cost_usd"] > 0 and row["input_tokens"] > 0  # a stopped cell keeps the cost it ran up
-    report = mixed["report"]  # the oracle was stopped at the disk limit: no pass, the agent's measured failure
+    report = rows["report"]  # the oracle was stopped at the disk limit: no pass, the agent's measured failure
     assert (report["error_kind"], report["oracle_passed"], report["resolved"]) == ("oracle-error", False, False)
     for name in ("deep", "sparse"):  # measured, removed, and nothing else: the fix is right
-        assert mixed[name]["resolved"] is True, (name, mixed[name]["error_kind"], mixed[name]["error_detail"])
-    assert mixed["sparse"]["diff_files"] == 120 + 2
-    assert len(load_side(tmp_path / "mixed/out", "incumbent").rows) == 7  # every row matches its transcript
-    honest, reference = mixed["honest"], alone["honest"]
-    assert honest["resolved"] is True and honest["error_kind"] is None
-    for field in ("cost_usd", "input_tokens", "output_tokens", "num_turns", "diff_files", "diff_insertions"):
-        assert honest[field] == reference[field], field
-    bench = json.loads((tmp_path / "mixed/out/bench.json").read_text())
-    assert set(bench["limits"]) == set(LIMITS) and all(v["mechanism"] for v in bench["limits"].values())
-
-
-def test_a_session_that_left_no_work_and_a_plan_that_edits_code_are_their_own_outcomes(tmp_path):
-    rows, out = _bench(tmp_path / "auto", ["nowork"])
+        assert rows[name]["resolved"] is True, (name, rows[name]["error_kind"], rows[name]["error_detail"])
+    assert rows["sparse"]["diff_files"] == 120 + 2
     assert rows["nowork"]["error_kind"] == "no-work" and rows["nowork"]["ok"] is True
+    provenance = json.loads((bench.out / "bench.json").read_text())
+    assert set(provenance["limits"]) == set(LIMITS) and all(v["mechanism"] for v in provenance["limits"].values())
+
+
+def test_a_plan_session_that_edits_code_is_its_own_outcome(tmp_path):
     rows, out = _bench(tmp_path / "workflow", ["honest"], arm="workflow", plan_steps=PLAN_EDITS)
     row = rows["honest"]
     assert row["error_kind"] == "phase-violation" and "may change only docs/plan.md" in row["error_detail"]
     assert len(row["session_ids"]) == 2  # the work session still ran: the arm's cost is not cut short
     assert row["resolved"] is False and row["oracle_passed"] is True  # the code is right, the phase was not
-
-
-def test_a_killed_cell_still_shows_what_it_wrote(tmp_path):
-    rows, out = _bench(tmp_path, ["disk"], workers=1)
-    assert rows["disk"]["error_kind"] == "cell-limit" and rows["disk"]["diff_files"] >= 2
-    assert "diff --git a/blob1 b/blob1" in _patch(out, rows["disk"])
