@@ -1,7 +1,11 @@
 """The permission cases as they really happen: a harness run by a user (not root, which reads and removes
 mode-000 files regardless) owns what its sandboxed agent wrote, and the kernel refuses that user a directory the
 agent left without r-x. Here the cells run, through the real CLI and bwrap, in a child that has dropped to the
-`nobody` uid: CI runs as root, so this is the only place the modes bite."""
+`nobody` uid: CI runs as root, so this is the only place the modes bite.
+
+A checkout may sit where `nobody` cannot go (under /root, say): the child sees it through a bind mount at a
+directory of its own, in a mount namespace private to it (`unshare --mount`), so nothing else on the machine
+sees the mount and it ends with the child."""
 
 from __future__ import annotations
 
@@ -20,8 +24,10 @@ from skillevo.core import safefs
 ROOT = Path(__file__).resolve().parents[1]
 NOBODY = 65534
 pytestmark = [pytest.mark.cli, pytest.mark.bwrap,
-              pytest.mark.skipif(os.geteuid() != 0 or shutil.which("setpriv") is None,
-                                 reason="needs root to become another user")]
+              pytest.mark.skipif(os.geteuid() != 0 or not (shutil.which("setpriv") and shutil.which("unshare")),
+                                 reason="needs root (and util-linux's setpriv, unshare) to become another user")]
+# in the private mount namespace: the checkout bound at $2, then the rest run as nobody
+AS_NOBODY = f'mount --bind "$1" "$2" && shift 2 && exec setpriv --reuid={NOBODY} --regid={NOBODY} --clear-groups "$@"'
 SCRIPT = """
 import json, os, sys
 from pathlib import Path
@@ -33,23 +39,34 @@ print(json.dumps({name: result.row for name, result in results.items()}))
 """
 
 
+def _seen_from(repo: Path, path: str) -> str:
+    """`path` as the child sees it: through the bound checkout when it is inside it."""
+    try:
+        return str(repo / Path(path).relative_to(ROOT))
+    except ValueError:
+        return path
+
+
 def test_cells_an_agent_left_unreadable_are_measured_and_removed_by_a_harness_that_is_not_root():
     base = Path(tempfile.mkdtemp(prefix="skillevo-nonroot-"))  # pytest's tmp is private to root
     os.chown(base, NOBODY, NOBODY)
-    env = {"PATH": os.environ["PATH"], "PYTHONDONTWRITEBYTECODE": "1", "TMPDIR": str(base),
-           "SKILLEVO_CLAUDE": os.environ["SKILLEVO_CLAUDE"], "HOME": str(base)}
+    repo = base / "repo"
+    repo.mkdir(mode=0o755)
+    env = {"PATH": os.environ["PATH"], "PYTHONDONTWRITEBYTECODE": "1", "TMPDIR": str(base), "HOME": str(base),
+           "SKILLEVO_CLAUDE": _seen_from(repo, os.environ["SKILLEVO_CLAUDE"])}
     try:
-        done = subprocess.run(["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups",
-                               sys.executable, "-c", SCRIPT, str(ROOT), str(base / "run"),
-                               "honest", "locked", "reportlocked", "deeplocked", "readonly"],
+        done = subprocess.run(["unshare", "--mount", "--propagation", "private", "sh", "-c", AS_NOBODY, "sh",
+                               str(ROOT), str(repo), _seen_from(repo, sys.executable), "-c", SCRIPT, str(repo),
+                               str(base / "run"), "honest", "locked", "reportlocked", "deeplocked", "readonly"],
                               capture_output=True, text=True, timeout=600, env=env)
         assert done.returncode == 0, done.stderr[-3000:]
         rows = json.loads(done.stdout.splitlines()[-1])
     finally:
+        repo.rmdir()  # the mount ended with the child's namespace; rmdir refuses a directory that is not empty
         safefs.remove_tree(base)
     honest = rows["honest"]
     assert honest["resolved"] is True and honest["error_kind"] is None, honest["error_detail"]
-    for name in ("locked", "reportlocked", "deeplocked"):  # the kernel refused the harness: the agent's measured failure, paid
+    for name in ("locked", "reportlocked", "deeplocked"):  # the kernel refused the harness: measured, paid
         row = rows[name]
         assert row["error_kind"] == "workspace-error" and "Permission denied" in row["error_detail"], (name, row)
         assert row["resolved"] is False and row["cost_usd"] >= honest["cost_usd"] > 0
