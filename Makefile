@@ -45,11 +45,9 @@ $(INSTALLED):
 	rm -f $(VENV)/.installed-*
 	touch $@
 
-# The pinned CLI, project-local. Its postinstall copies the native binary in place, so scripts stay on.
-$(CLAUDE_BIN):
-	mkdir -p $(CLAUDE_PREFIX)
-	npm install --prefix $(CLAUDE_PREFIX) --no-fund --no-audit --loglevel=error @anthropic-ai/claude-code@$(CLAUDE_CODE_VERSION)
-	$(CLAUDE_BIN) --version | grep -q '^$(CLAUDE_CODE_VERSION) ' || { echo "installed CLI is not $(CLAUDE_CODE_VERSION)"; exit 1; }
+# The pinned CLI, project-local, by the package's own installer (`skillevo setup` for an installed package).
+$(CLAUDE_BIN): | $(INSTALLED)
+	$(PY) -m skillevo.agent.install --prefix $(CLAUDE_PREFIX)
 	touch $@
 
 DVC := $(VENV)/bin/dvc
@@ -66,10 +64,10 @@ repro: setup
 	$(DVC) repro
 
 apply: setup
-	$(PY) -m stages.apply
+	$(VENV)/bin/skillevo apply
 
 revert: setup
-	$(PY) -m stages.apply --revert
+	$(VENV)/bin/skillevo revert
 
 evolve: setup
 	$(PY) -m skillevo.ops.generations evolve --generations $(GENERATIONS) --dvc $(DVC) --noise $(NOISE)
@@ -111,7 +109,7 @@ session-demo: setup
 
 # ruff's linter, configured in pyproject.toml to the code's own style (no `ruff format`).
 lint: setup
-	$(PY) -m ruff check skillevo stages tests benchmarks
+	$(PY) -m ruff check skillevo tests benchmarks
 
 # Two tiers (docs/testing.md): `test` is everything that needs no CLI, bubblewrap or Ray (minutes, in-process);
 # `test-full` is all of it, end to end, in WORKERS processes (a test file stays on one worker: module fixtures),

@@ -18,6 +18,7 @@ from skillevo.core.models import Credential, Model
 from skillevo.core.oracle_guard import OracleGuard
 from skillevo.sandbox import Mount
 
+PROMPT = Path(__file__).resolve().parent / "prompts/propose.md"  # the default template, shipped with the package
 EVIDENCE_DST = "/evidence"
 MAX_PROPOSAL_BYTES = 256 << 10
 MAX_PROMPT_BYTES = 64 << 10

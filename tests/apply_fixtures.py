@@ -123,7 +123,7 @@ def _out_entry(repo: Path, rel: str) -> dict:
 def record(pipe: Pipeline) -> None:
     """Write dvc.lock and the DVC cache listings for every output as it is now, as if `dvc repro` had just
     (re-)run each stage; an output that does not exist is left out."""
-    stages = {name: {"cmd": f"python -m stages.{name.split('@')[0]}",
+    stages = {name: {"cmd": f"python -m skillevo.stages.{name.split('@')[0]}",
                      "outs": [_out_entry(pipe.repo, rel)]}
               for name, rel in OUTPUTS.items() if os.path.lexists(pipe.repo / rel)}
     (pipe.repo / "dvc.lock").write_text(yaml.safe_dump({"schema": "2.0", "stages": stages}, sort_keys=False),

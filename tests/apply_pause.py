@@ -3,7 +3,7 @@
     python -m tests.apply_pause <event>:<index> <stage args...>
 
 At that point it prints "apply: test pause at <event> <index>" to stderr and sleeps; otherwise it is
-`python -m stages.apply <stage args...>`.
+`python -m skillevo.stages.apply <stage args...>`.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import time
 
 from skillevo.apply import Fault
 from skillevo.core import stage
-from stages import apply as apply_stage
+from skillevo.stages import apply as apply_stage
 
 
 def pause_at(spec: str) -> Fault:

@@ -33,7 +33,7 @@ from skillevo.apply import fs as apply_fs
 from skillevo.core.digests import sha256_bytes
 from skillevo.core.errors import BrokenEnvironment
 from skillevo.gate.promotion import recompute_decisions
-from stages import apply as stage
+from skillevo.stages import apply as stage
 from tests.apply_fixtures import (
     APPLY_AT,
     CREATED,
@@ -577,7 +577,7 @@ def _spawn(pipe: Pipeline, pause: str, *extra: str) -> subprocess.Popen:
 
 
 def _stage(pipe: Pipeline, *extra: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "stages.apply", *pipe.cli_args(), *extra], cwd=ROOT,
+    return subprocess.run([sys.executable, "-m", "skillevo.stages.apply", *pipe.cli_args(), *extra], cwd=ROOT,
                           capture_output=True, text=True, timeout=60)
 
 

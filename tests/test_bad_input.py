@@ -13,22 +13,41 @@ from pathlib import Path
 import pytest
 
 from skillevo import sandbox
-from skillevo.agent import SessionSpec, cli, run_session
-from skillevo.core import models, safefs
+from skillevo.agent import SessionSpec, cli, install, run_session
+from skillevo.core import models, pins, safefs
+from skillevo.core.errors import BrokenEnvironment
 from skillevo.sandbox import process
 from skillevo.simulator import Simulator, demo
-from stages import bench as bench_stage
-from stages import gate as gate_stage
+from skillevo.stages import bench as bench_stage
+from skillevo.stages import gate as gate_stage
 from tests.bench_fixtures import ROOT, make_mini, write_params
 from tests.conftest import PLANTED_KEY, PROMPT, make_workspace
 
 
-def test_missing_cli_names_make_setup(monkeypatch, tmp_path):
+def test_missing_cli_names_skillevo_setup(monkeypatch, tmp_path):
     monkeypatch.setenv("SKILLEVO_CLAUDE", str(tmp_path / "nope"))
     monkeypatch.setattr(cli, "LOCAL_CLI", tmp_path / "also-nope")
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "data"))
     monkeypatch.setenv("PATH", str(tmp_path))
-    with pytest.raises(cli.CLIMissing, match="make setup"):
+    with pytest.raises(cli.CLIMissing, match="run `skillevo setup`"):
         cli.locate()
+
+
+def test_the_users_install_is_found_and_setup_installs_nothing_twice(monkeypatch, tmp_path):
+    """`skillevo setup` installs into $XDG_DATA_HOME/skillevo; locate() finds it there, and a second setup finds it
+    installed (no npm needed: PATH has none here)."""
+    monkeypatch.setenv("SKILLEVO_CLAUDE", str(tmp_path / "nope"))
+    monkeypatch.setattr(cli, "LOCAL_CLI", tmp_path / "also-nope")
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "data"))
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+    with pytest.raises(BrokenEnvironment, match="npm is not installed"):
+        install.install(install.default_prefix())
+    fake = install.default_prefix() / install.BIN
+    fake.parent.mkdir(parents=True)
+    fake.write_text(f"#!/bin/sh\necho '{pins.CLAUDE_CODE_VERSION} (Claude Code)'\n")
+    fake.chmod(0o755)
+    assert install.install(install.default_prefix()) == fake
+    assert cli.locate() == fake.resolve()
 
 
 def test_wrong_cli_version_is_refused(monkeypatch, tmp_path):
@@ -37,8 +56,9 @@ def test_wrong_cli_version_is_refused(monkeypatch, tmp_path):
     fake.chmod(0o755)
     monkeypatch.setenv("SKILLEVO_CLAUDE", str(fake))
     monkeypatch.setattr(cli, "LOCAL_CLI", tmp_path / "absent")
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "data"))
     monkeypatch.setenv("PATH", str(tmp_path / "empty"))
-    with pytest.raises(cli.CLIMissing, match=r"version 0\.0\.1.*make setup"):
+    with pytest.raises(cli.CLIMissing, match=r"version 0\.0\.1.*skillevo setup"):
         cli.locate()
 
 
@@ -105,7 +125,7 @@ def _one_line(err: str, pattern: str) -> None:
 
 
 def test_a_machine_without_bwrap_gets_one_line_and_exit_69(tmp_path):
-    result = subprocess.run([sys.executable, "-m", "stages.bench", *_bench_args(tmp_path)], cwd=ROOT,
+    result = subprocess.run([sys.executable, "-m", "skillevo.stages.bench", *_bench_args(tmp_path)], cwd=ROOT,
                             capture_output=True, text=True, timeout=120, env={**os.environ, "PATH": str(tmp_path)})
     assert result.returncode == ENVIRONMENT, result.stderr
     _one_line(result.stderr, r"^bench: environment: bubblewrap \(bwrap\) is not installed: run `make setup`")
@@ -116,9 +136,10 @@ def test_a_machine_without_bwrap_gets_one_line_and_exit_69(tmp_path):
 def test_a_missing_cli_gets_one_line_and_exit_69(monkeypatch, tmp_path, capsys):
     monkeypatch.setenv("SKILLEVO_CLAUDE", str(tmp_path / "nope"))
     monkeypatch.setattr(cli, "LOCAL_CLI", tmp_path / "also-nope")
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "data"))
     monkeypatch.setenv("PATH", ":".join(p for p in os.environ["PATH"].split(":") if not (Path(p) / "claude").exists()))
     assert bench_stage.main(_bench_args(tmp_path)) == ENVIRONMENT
-    _one_line(capsys.readouterr().err, r"^bench: environment: the pinned Claude Code CLI .* run `make setup`")
+    _one_line(capsys.readouterr().err, r"^bench: environment: the pinned Claude Code CLI .* run `skillevo setup`")
     assert not (tmp_path / "out").exists()
 
 

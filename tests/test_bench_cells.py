@@ -80,8 +80,9 @@ def test_killed_bench_leaves_only_complete_valid_rows(tmp_path, sig):
     tasks_file = make_mini(tmp_path)
     params_file = write_params(tmp_path / "params.yaml", runs=4, workers=2)
     out = tmp_path / "out"
-    proc = subprocess.Popen([sys.executable, "-m", "stages.bench", "--side", "incumbent", "--tasks", str(tasks_file),
-                             "--skills", str(ROOT / "skills"), "--params", str(params_file), "--out", str(out)],
+    proc = subprocess.Popen([sys.executable, "-m", "skillevo.stages.bench", "--side", "incumbent",
+                             "--tasks", str(tasks_file), "--skills", str(ROOT / "skills"), "--params", str(params_file),
+                             "--out", str(out)],
                             cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
     deadline = time.monotonic() + 120
     results = tmp_path / f".out.staging-{proc.pid}" / "results.jsonl"

@@ -80,9 +80,10 @@ def test_the_key_covers_everything_that_can_change_a_cell(specs):
 
 def test_the_harness_digest_follows_the_bench_code_and_not_the_gate(tmp_path, monkeypatch):
     files = harness.closure(harness.BENCH_SCRIPT)
-    assert {"skillevo/bench/cell.py", "skillevo/sandbox/bwrap.py", "skillevo/bench/cellstore.py", "schemas"} <= files
+    assert {"skillevo/bench/cell.py", "skillevo/sandbox/bwrap.py", "skillevo/bench/cellstore.py",
+            "skillevo/schemas"} <= files
     assert not any(f.startswith(("skillevo/gate/", "skillevo/apply/")) for f in files)
-    for package in ("skillevo", "stages", "schemas"):
+    for package in ("skillevo",):
         shutil.copytree(ROOT / package, tmp_path / package, ignore=shutil.ignore_patterns("__pycache__"))
     monkeypatch.setattr(harness, "ROOT", tmp_path)
     before = harness.code_digest.__wrapped__()
@@ -267,8 +268,8 @@ def test_push_and_pull_through_the_dvc_remote(stored, tmp_path):
 
 
 def _stage(tasks_file: Path, params_file: Path, store: Path, out: Path) -> list[str]:
-    return [sys.executable, "-m", "stages.bench", "--side", "incumbent", "--tasks", str(tasks_file), "--skills",
-            str(ROOT / "skills"), "--params", str(params_file), "--store", str(store), "--out", str(out)]
+    return [sys.executable, "-m", "skillevo.stages.bench", "--side", "incumbent", "--tasks", str(tasks_file),
+            "--skills", str(ROOT / "skills"), "--params", str(params_file), "--store", str(store), "--out", str(out)]
 
 
 @pytest.mark.cli

@@ -32,7 +32,7 @@ from skillevo.core.oracle_guard import OracleGuard
 from skillevo.core.redact import env_secrets
 from skillevo.core.schemas import validate
 from skillevo.evidence.compact import compact_jsonl, compact_text
-from stages import evidence as stage
+from skillevo.stages import evidence as stage
 from tests import gate_rows
 
 PLANTED = "sk-ant-api03-PLANTEDsecretKEY0123456789abcdefXYZ"

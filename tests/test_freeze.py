@@ -382,7 +382,7 @@ def test_normal_form_keeps_what_changes_the_instruction():
 
 
 def test_the_stage_reads_the_memory_that_dvc_yaml_names(repo, tmp_path):
-    from stages import freeze as stage
+    from skillevo.stages import freeze as stage
 
     rejected = _memory(repo, tmp_path)
     ov = _overlay(tmp_path, EVASIONS["a case change"](WITHOUT))

@@ -1,4 +1,5 @@
-"""`python -m stages.gate`: documented options, end-to-end outputs, and bad input named by file, line and rule."""
+"""`python -m skillevo.stages.gate`: documented options, end-to-end outputs, and bad input named by file, line and
+rule."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from skillevo.core.schemas import first_error, schema_validator
-from stages import gate as stage
+from skillevo.stages import gate as stage
 from tests.gate_rows import CANDIDATE, INCUMBENT, bench, controls, freeze, row, runs, write_side
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -44,7 +45,7 @@ def setup_inputs(tmp_path: Path, *, candidate_costs=(0.8, 0.85, 0.9), candidate_
 
 def test_help_documents_inputs_and_outputs():
     result = subprocess.run(
-        [sys.executable, "-m", "stages.gate", "--help"], cwd=ROOT, capture_output=True, text=True, timeout=60
+        [sys.executable, "-m", "skillevo.stages.gate", "--help"], cwd=ROOT, capture_output=True, text=True, timeout=60
     )
     assert result.returncode == 0
     for text in (
@@ -58,7 +59,7 @@ def test_help_documents_inputs_and_outputs():
 
 def test_end_to_end_as_a_module(tmp_path: Path):
     result = subprocess.run(
-        [sys.executable, "-m", "stages.gate", *setup_inputs(tmp_path)],
+        [sys.executable, "-m", "skillevo.stages.gate", *setup_inputs(tmp_path)],
         cwd=ROOT, capture_output=True, text=True, timeout=60,
     )
     assert result.returncode == 0, result.stderr

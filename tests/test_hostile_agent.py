@@ -153,8 +153,9 @@ def _bench(root: Path, names: list[str], workers: int = 2, arm: str = "auto",
 
 def _stage(root: Path, tasks_file: Path, out: Path, store: Path) -> subprocess.CompletedProcess:
     """The bench stage as dvc runs it, with the team key set (the store authenticates its entries)."""
-    return subprocess.run([sys.executable, "-m", "stages.bench", "--side", "incumbent", "--tasks", str(tasks_file),
-                           "--params", str(root / "params.yaml"), "--out", str(out), "--store", str(store)],
+    return subprocess.run([sys.executable, "-m", "skillevo.stages.bench", "--side", "incumbent",
+                           "--tasks", str(tasks_file), "--params", str(root / "params.yaml"), "--out", str(out),
+                           "--store", str(store)],
                           cwd=ROOT, capture_output=True, text=True, timeout=900,
                           env={**os.environ, cellstore.KEY_ENV: TEAM_KEY})
 

@@ -2,7 +2,7 @@
 line on stderr naming the file and the rule, no traceback, and nothing left behind.
 
 Every case starts from a whole, valid pipeline in a throwaway git repository (tests/apply_fixtures.py: real
-freeze, real gate), breaks exactly one thing, and runs the real stage as a process (`python -m stages.<name>`).
+freeze, real gate), breaks exactly one thing, and runs the real stage as a process (`python -m skillevo.stages.<name>`).
 The bench and propose cases are refused before any sandbox or session starts.
 """
 
@@ -323,7 +323,7 @@ def _argv(name: str, w: World) -> list[str]:
     stage, *args = CASES[name][0](w)
     if name in SLOW_NOW:
         args[args.index("--now") + 1] = SLOW_NOW[name]
-    return [sys.executable, "-m", f"stages.{stage}", *args]
+    return [sys.executable, "-m", f"skillevo.stages.{stage}", *args]
 
 
 def test_the_table_is_long_enough():
@@ -334,7 +334,7 @@ def test_the_table_is_long_enough():
 def test_the_unbroken_world_passes_every_stage(world: World, stage):
     """So that each refusal below is caused by the one thing its case broke."""
     name, *args = stage(world)
-    result = subprocess.run([sys.executable, "-m", f"stages.{name}", *args], cwd=ROOT, capture_output=True,
+    result = subprocess.run([sys.executable, "-m", f"skillevo.stages.{name}", *args], cwd=ROOT, capture_output=True,
                             text=True, timeout=120)
     assert result.returncode == 0, result.stderr
 
@@ -368,9 +368,9 @@ def test_a_hostile_input_is_refused_in_one_line_naming_file_and_rule(world: Worl
     assert "Traceback" not in stderr
     assert len(lines) == 1, lines
     assert re.search(expected, lines[0]), lines[0]
-    assert lines[0].startswith(f"{argv[2].removeprefix('stages.')}: refused: ")
+    assert lines[0].startswith(f"{argv[2].removeprefix('skillevo.stages.')}: refused: ")
     assert errors.rule_of(lines[0]), lines[0]  # every refusal names the rule it applies
     assert not (world.tmp / "out").exists()  # refused before any output was started
-    if argv[2] == "stages.apply":
+    if argv[2] == "skillevo.stages.apply":
         assert git(world.repo, "status", "--porcelain", "--", "skills", ".claude") == ""
         assert {p: p.read_bytes() for p in skills_before if p.exists()} == skills_before

@@ -15,7 +15,7 @@ from skillevo.bench import cellstore
 from skillevo.core import models
 from skillevo.core.errors import BrokenEnvironment
 from skillevo.simulator import Simulator, load_all
-from stages import bench as bench_stage
+from skillevo.stages import bench as bench_stage
 from tests.bench_fixtures import ROOT, make_mini, write_params
 from tests.gateway import BearerGateway
 

@@ -203,7 +203,7 @@ def test_a_bench_killed_with_its_stage_or_its_dvc_resumes_paying_for_no_finished
     if victim == "dvc":
         os.kill(proc.pid, signal.SIGKILL)  # the stage learns it through PR_SET_PDEATHSIG and stops
     else:
-        stage = [pid for pid in process_tree({proc.pid}) if "stages.bench" in cmdline(pid)]
+        stage = [pid for pid in process_tree({proc.pid}) if "skillevo.stages.bench" in cmdline(pid)]
         os.kill(min(stage), signal.SIGKILL)
     proc.wait(120)
     _wait_gone(tree)

@@ -15,7 +15,7 @@ from skillevo import stats
 from skillevo.core import sampling
 from skillevo.core.config import Policy, section
 from skillevo.core.config import SamplingParams as Sampling
-from stages import preflight as stage
+from skillevo.stages import preflight as stage
 from tests.bench_fixtures import make_mini
 from tests.gate_rows import INCUMBENT, bench, runs, write_side
 

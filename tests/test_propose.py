@@ -39,7 +39,7 @@ def evidence(tmp_path_factory, demo_incumbent) -> tuple[Path, list[dict]]:
 def _propose(root: Path, endpoint_mode: str, out: Path, skills: Path = ROOT / "skills", **sim_kw) -> dict:
     book = load_all(BOOKS)
     with Simulator(book, responders={"proposer": SimulatedProposer(book, {"plan", "work"})}, **sim_kw) as sim:
-        return propose.run(prompt=propose.render_prompt(ROOT / "prompts/propose.md", ["plan", "work"], 40),
+        return propose.run(prompt=propose.render_prompt(ROOT / "skillevo/prompts/propose.md", ["plan", "work"], 40),
                            skills_dir=skills, evidence_dir=root / "evidence", evolvable=["plan", "work"],
                            model=Model("simulator", demo.MODEL, sim.url(endpoint_mode)), credential=None,
                            limits=overlay.Limits(max_changed_lines=40), out=out, timeout_s=120)
@@ -153,7 +153,7 @@ def test_a_failure_of_the_simulator_is_reported_as_one_never_as_a_transient_api_
 
 
 def test_the_prompt_says_what_the_overlay_may_do():
-    template = ROOT / "prompts/propose.md"
+    template = ROOT / "skillevo/prompts/propose.md"
     plain = propose.render_prompt(template, ["work"], 40)
     assert "What an overlay may do: replace Markdown files of an evolvable skill. Adding a new file" in plain
     assert "Do not add, change or remove the frontmatter keys agent, allowed-tools" in plain

@@ -431,10 +431,10 @@ def test_ctrl_c_cancels_outstanding_cells_and_keeps_the_finished_ones(cluster, t
     (tmp_path / "params.yaml").write_text(json.dumps(_ray_doc(cluster, runs=3)))
     out = tmp_path / "out"
     env = {**os.environ, "TMPDIR": str(_scratch(tmp_path))}  # the side's scratch, so its sandboxes can be found
-    proc = subprocess.Popen([sys.executable, "-m", "stages.bench", "--side", "incumbent", "--tasks", str(tasks_file),
-                             "--skills", str(ROOT / "skills"), "--params", str(tmp_path / "params.yaml"),
-                             "--out", str(out)], cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            start_new_session=True)
+    proc = subprocess.Popen([sys.executable, "-m", "skillevo.stages.bench", "--side", "incumbent",
+                             "--tasks", str(tasks_file), "--skills", str(ROOT / "skills"),
+                             "--params", str(tmp_path / "params.yaml"), "--out", str(out)],
+                            cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
     deadline = time.monotonic() + 120
     staged = tmp_path / f".out.staging-{proc.pid}" / "results.jsonl"  # the side is staged beside --out
     while not (staged.is_file() and staged.read_bytes()):

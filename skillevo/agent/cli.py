@@ -10,14 +10,14 @@ import functools
 import json
 import os
 import shutil
-import subprocess
 from pathlib import Path
 
+from skillevo.agent import install
 from skillevo.core.errors import BrokenEnvironment
 from skillevo.core.pins import CLAUDE_CODE_VERSION
 
-PROJECT_ROOT = Path(__file__).resolve().parents[2]
-LOCAL_CLI = PROJECT_ROOT / f".tools/claude-code-{CLAUDE_CODE_VERSION}/node_modules/.bin/claude"
+PROJECT_ROOT = Path(__file__).resolve().parents[2]  # a checkout (make setup), or site-packages (never has .tools)
+LOCAL_CLI = PROJECT_ROOT / f".tools/claude-code-{CLAUDE_CODE_VERSION}" / install.BIN
 CLI_DST = "/opt/claude/claude"
 
 
@@ -27,14 +27,14 @@ class CLIMissing(BrokenEnvironment):
 
 @functools.cache
 def _version(path: str) -> str:
-    out = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=60,
-                         env={"PATH": "/usr/bin:/bin", "HOME": "/nonexistent", "DISABLE_AUTOUPDATER": "1"})
-    return out.stdout.split(" ", 1)[0].strip()
+    return install.installed_version(Path(path))
 
 
 def locate() -> Path:
-    """The real binary of the pinned CLI (symlinks resolved, so it can be bind-mounted alone)."""
-    candidates = [os.environ.get("SKILLEVO_CLAUDE"), str(LOCAL_CLI), shutil.which("claude")]
+    """The real binary of the pinned CLI (symlinks resolved, so it can be bind-mounted alone): $SKILLEVO_CLAUDE, the
+    checkout's .tools/ (make setup), the user's install (skillevo setup), or PATH, whichever is the pinned version."""
+    candidates = [os.environ.get("SKILLEVO_CLAUDE"), str(LOCAL_CLI), str(install.default_prefix() / install.BIN),
+                  shutil.which("claude")]
     tried = []
     for c in candidates:
         if not c or not Path(c).exists():
@@ -44,8 +44,9 @@ def locate() -> Path:
         if version == CLAUDE_CODE_VERSION:
             return Path(real)
         tried.append(f"{c} is version {version or 'unknown'}")
-    detail = "; ".join(tried) or "not found in $SKILLEVO_CLAUDE, .tools/ or PATH"
-    raise CLIMissing(f"the pinned Claude Code CLI {CLAUDE_CODE_VERSION} is not installed ({detail}): run `make setup`")
+    detail = "; ".join(tried) or "not found in $SKILLEVO_CLAUDE, .tools/, the user's install or PATH"
+    raise CLIMissing(f"the pinned Claude Code CLI {CLAUDE_CODE_VERSION} is not installed ({detail}): run `skillevo "
+                     "setup` (or `make setup` in a skillevo checkout)")
 
 
 def settings(tools: tuple[str, ...]) -> dict:

@@ -16,12 +16,13 @@ from pathlib import Path
 from skillevo.core.digests import framed_digest, sha256_json
 
 ROOT = Path(__file__).resolve().parents[2]
-PACKAGES = ("skillevo", "stages")
-BENCH_SCRIPT = "stages/bench.py"
+PACKAGES = ("skillevo",)
+BENCH_SCRIPT = "skillevo/stages/bench.py"
 # Files a module reads at run time besides its imports.
 DATA = {
-    "skillevo/core/schemas.py": {"schemas"},  # every schema is in the registry (schemas refer to each other)
-    "skillevo/sandbox/__init__.py": {"skillevo/sandbox/launch.sh"},
+    "skillevo/core/schemas.py": {"skillevo/schemas"},  # every schema is in the registry (schemas refer to each other)
+    "skillevo/sandbox/bwrap.py": {"skillevo/sandbox/launch.sh"},
+    "skillevo/propose.py": {"skillevo/prompts/propose.md"},
     "skillevo/bench/checks.py": {"skillevo/bench/pyboot/sitecustomize.py", "skillevo/bench/pyboot/pytest.ini"},
 }
 # What runs inside or around every cell besides our code: the sandbox, the relay, the checks' interpreter and test

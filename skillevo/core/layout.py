@@ -35,7 +35,6 @@ MEMORY = PREVIOUS / "memory"  # what generations hand on, tracked by the committ
 TASKS_FILE = Path("tasks/tasks.yaml")
 PLAYBOOKS = Path("tasks/playbooks")
 PARAMS = Path("params.yaml")
-PROPOSE_PROMPT = Path("prompts/propose.md")
 LEARNINGS = Path("learnings.jsonl")
 CELL_STORE = Path(".skillevo/cells")  # finished cells by key (skillevo.bench.cellstore); git- and DVC-ignored
 MODES = Path("skill-modes.json")  # the family's execute bits, which DVC cannot see (skillevo.core.modes)

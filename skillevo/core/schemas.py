@@ -19,7 +19,7 @@ from referencing import Registry, Resource
 
 from skillevo.core.errors import BadInput, one_line
 
-SCHEMA_DIR = Path(__file__).resolve().parents[2] / "schemas"
+SCHEMA_DIR = Path(__file__).resolve().parents[1] / "schemas"
 BASE_URI = "https://skillevo.invalid/schemas/"
 _MAX_MESSAGE = 300  # jsonschema quotes whole instances; a refusal should stay one readable line
 

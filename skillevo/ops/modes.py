@@ -4,7 +4,7 @@ The bench refuses a family whose execute bits differ from the record (skillevo.c
 the record's format), because DVC hashes contents, never modes; this is the operator's way to rewrite it
 after a deliberate `chmod`.
 
-    python -m skillevo.ops.modes --skills skills [--write]
+    skillevo modes [--skills DIR] [--write]
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from skillevo.core.modes import check, render
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m skillevo.ops.modes", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--skills", type=Path, default=Path("skills"), help="the canonical family [%(default)s]")
+    stage.family_options(p, mirrors=False)
     p.add_argument("--params", type=Path, default=layout.PARAMS, help="for skills.frontmatter_keys [%(default)s]")
     p.add_argument("--out", type=Path, default=layout.MODES, help="[%(default)s]")
     p.add_argument("--write", action="store_true", help="rewrite the manifest (default: check it)")
@@ -29,13 +29,19 @@ def parser() -> argparse.ArgumentParser:
 
 def run(args: argparse.Namespace) -> str:
     executables: set[str] = set()
-    layout.read_family(args.skills, stage.load_params("modes", args).skills.frontmatter_keys, executables)
+    params = stage.load_params("modes", args)
+    skills = stage.skills_dir(args, params)
+    layout.read_family(skills, params.skills.frontmatter_keys, executables)
     if args.write:
         safefs.write_atomic(args.out, render(executables))
-        return f"modes: {args.out} records {len(executables)} executable file(s) of {args.skills}"
-    check(args.out, args.skills, executables)
-    return f"modes: {args.out} matches {args.skills} ({len(executables)} executable file(s))"
+        return f"modes: {args.out} records {len(executables)} executable file(s) of {skills}"
+    check(args.out, skills, executables)
+    return f"modes: {args.out} matches {skills} ({len(executables)} executable file(s))"
+
+
+def main(argv: list[str] | None = None) -> int:
+    return stage.main("modes", parser(), run, argv)
 
 
 if __name__ == "__main__":
-    sys.exit(stage.main("modes", parser(), run))
+    sys.exit(main())

@@ -8,7 +8,7 @@
 - power: what a sampling plan can detect, for the preflight.
 
 scipy is imported inside the functions that use it: a stage that refuses its input or never tests pays nothing
-for it (about 0.7 s of every `python -m stages.*` before).
+for it (about 0.7 s of every `python -m skillevo.stages.*` before).
 """
 
 from skillevo.stats.estimate import Estimate, bound_text, interval, p_text, significant

@@ -1,6 +1,6 @@
 """Stage `propose`: one contained agent session reads the evidence and writes ONE bounded candidate.
 
-    python -m stages.propose
+    python -m skillevo.stages.propose
 
 Writes <out>/overlay/<skill>/SKILL.md, proposal.md, session.json (the measured session record, with the
 proposer's model) and transcripts/. With the simulator backend, the simulator plays the proposer.
@@ -21,10 +21,10 @@ from skillevo.simulator.proposer import SimulatedProposer
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m stages.propose", description=__doc__,
+    p = argparse.ArgumentParser(prog="python -m skillevo.stages.propose", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--evidence", type=Path, default=layout.EVIDENCE, help="[%(default)s]")
-    p.add_argument("--prompt", type=Path, default=layout.PROPOSE_PROMPT, help="template [%(default)s]")
+    p.add_argument("--prompt", type=Path, default=propose.PROMPT, help="template [%(default)s]")
     p.add_argument("--params", type=Path, default=layout.PARAMS, help="[%(default)s]")
     stage.family_options(p, mirrors=False)
     p.add_argument("--playbooks", type=Path, default=layout.PLAYBOOKS,

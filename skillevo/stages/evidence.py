@@ -1,7 +1,7 @@
 """Stage `evidence`: build the bounded, redacted, content-hashed evidence bundle the proposer reads.
 
-    python -m stages.evidence                        # from previous/memory/ (or a cold start)
-    python -m stages.evidence --seed path/to/results # from a seed results directory instead
+    python -m skillevo.stages.evidence                        # from previous/memory/ (or a cold start)
+    python -m skillevo.stages.evidence --seed path/to/results # from a seed results directory instead
 
 Inputs: <previous>/bench-{incumbent,candidate}/ (results.jsonl, transcripts/, patches/), gate/promotion.json,
 proposal.md, rejected.json (every candidate rejected against this incumbent, which `make evolve` hands on) — any
@@ -24,7 +24,7 @@ from skillevo.evidence import make_bundle, write_bundle
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m stages.evidence", description=__doc__,
+    p = argparse.ArgumentParser(prog="python -m skillevo.stages.evidence", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--previous", type=Path,
                    help=f"what the last generations handed on; missing or empty = cold start [{layout.MEMORY}]")

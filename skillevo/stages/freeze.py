@@ -1,7 +1,7 @@
 """Stage `freeze`: validate the candidate overlay, copy it read-only, and bind it by digest.
 
-    python -m stages.freeze                                      # the proposer's overlay
-    python -m stages.freeze --overlay my-overlay --hand-written  # a hand-written candidate
+    python -m skillevo.stages.freeze                                      # the proposer's overlay
+    python -m skillevo.stages.freeze --overlay my-overlay --hand-written  # a hand-written candidate
 
 Writes <out>/overlay/ (files 0444) and <out>/manifest.json: the overlay digest, the candidate arms it
 requires, and the committed sha256 of every file an apply would replace (the canonical skills and every
@@ -21,7 +21,7 @@ from skillevo.freeze import freeze
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m stages.freeze", description=__doc__,
+    p = argparse.ArgumentParser(prog="python -m skillevo.stages.freeze", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--overlay", type=Path, default=layout.PROPOSAL / "overlay", help="[%(default)s]")
     p.add_argument("--session", type=Path, default=layout.PROPOSAL / "session.json",

@@ -33,7 +33,7 @@ OPTIONS = (("--promotion", layout.PROMOTION, "the gate's promotion.json"),
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m stages.apply", description=__doc__, epilog=EPILOG,
+    p = argparse.ArgumentParser(prog="python -m skillevo.stages.apply", description=__doc__, epilog=EPILOG,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     for flag, default, text in OPTIONS:
         p.add_argument(flag, type=Path, default=default, help=f"{text} [%(default)s]")

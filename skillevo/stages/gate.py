@@ -23,7 +23,7 @@ from skillevo.gate.policy import metric_warning
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m stages.gate", description=__doc__,
+    p = argparse.ArgumentParser(prog="python -m skillevo.stages.gate", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--incumbent", type=Path, default=layout.BENCH["incumbent"], help="incumbent side [%(default)s]")
     p.add_argument("--candidate", type=Path, default=layout.BENCH["candidate"], help="candidate side [%(default)s]")

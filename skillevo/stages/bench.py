@@ -1,7 +1,7 @@
 """Stage `bench`: run one side of the benchmark and write results.jsonl, transcripts/, patches/, report.md.
 
-    python -m stages.bench --side incumbent
-    python -m stages.bench --side candidate --overlay results/freeze/overlay
+    python -m skillevo.stages.bench --side incumbent
+    python -m skillevo.stages.bench --side candidate --overlay results/freeze/overlay
 
 The incumbent side runs every arm in params.yaml on the incumbent skills, for the proposer's evidence and the
 reports; the candidate side runs the candidate arms the frozen overlay requires on the gate's tasks, each beside
@@ -23,7 +23,7 @@ from skillevo.core import layout, stage
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m stages.bench", description=__doc__,
+    p = argparse.ArgumentParser(prog="python -m skillevo.stages.bench", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--side", choices=["incumbent", "candidate"], required=True)
     p.add_argument("--tasks", type=Path, default=layout.TASKS_FILE, help="tasks file [%(default)s]")

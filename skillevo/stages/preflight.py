@@ -19,7 +19,7 @@ from skillevo.core.results import load_side
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m stages.preflight", description=__doc__,
+    p = argparse.ArgumentParser(prog="python -m skillevo.stages.preflight", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--incumbent", type=Path, default=layout.BENCH["incumbent"], help="[%(default)s]")
     p.add_argument("--tasks", type=Path, default=layout.TASKS_FILE, help="for the gate's tasks [%(default)s]")

@@ -1,0 +1,97 @@
+"""`pip install` of this project gives a `skillevo` command that works outside the checkout: the wheel carries the
+schemas, the proposer prompt, the sandbox launcher and the checks' bootstrap (one copy of each, inside the
+package), installs no top-level `stages` or `tests`, and computes the same harness identity as the checkout.
+
+The wheel is built offline from a copy of the sources (--no-build-isolation: the dev extra pins setuptools) and
+installed without dependencies into a fresh venv that sees this venv's site-packages for them, then run from an
+empty directory, so nothing of the checkout is on its path."""
+
+from __future__ import annotations
+
+import json
+import site
+import subprocess
+import sys
+import venv
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from skillevo.bench import harness
+
+ROOT = Path(__file__).resolve().parents[1]
+SHIPPED = ("skillevo/schemas/params.schema.json", "skillevo/schemas/promotion.schema.json",
+           "skillevo/prompts/propose.md", "skillevo/sandbox/launch.sh", "skillevo/bench/pyboot/sitecustomize.py",
+           "skillevo/bench/pyboot/pytest.ini", "skillevo/stages/bench.py", "skillevo/commands.py")
+
+
+@pytest.fixture(scope="module")
+def installed(tmp_path_factory) -> tuple[Path, Path]:
+    """(the wheel, the fresh venv's python)."""
+    tmp = tmp_path_factory.mktemp("package")
+    src = tmp / "src"
+    src.mkdir()
+    (src / "pyproject.toml").write_bytes((ROOT / "pyproject.toml").read_bytes())
+    # the working tree, not the last commit: copy what git tracks or would track
+    files = subprocess.run(["git", "-C", str(ROOT), "ls-files", "--cached", "--others", "--exclude-standard",
+                            "skillevo"], capture_output=True, text=True, check=True).stdout.split()
+    for rel in files:
+        if (ROOT / rel).is_file():
+            (src / rel).parent.mkdir(parents=True, exist_ok=True)
+            (src / rel).write_bytes((ROOT / rel).read_bytes())
+    dist = tmp / "dist"
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w", str(dist),
+                    str(src)], check=True, capture_output=True, timeout=300)
+    [wheel] = dist.glob("skillevo-*.whl")
+    env_dir = tmp / "venv"
+    venv.create(env_dir, with_pip=False)
+    python = env_dir / "bin/python"
+    purelib = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                             capture_output=True, text=True, check=True).stdout.strip()
+    Path(purelib, "deps.pth").write_text("\n".join(site.getsitepackages()) + "\n")  # the dependencies, not us
+    subprocess.run([sys.executable, "-m", "pip", "--python", str(python), "install", "-q", "--no-deps",
+                    str(wheel)], check=True, capture_output=True, timeout=300)
+    return wheel, python
+
+
+def _run(python: Path, *args: str, cwd: Path) -> subprocess.CompletedProcess:
+    return subprocess.run([str(python), *args], cwd=cwd, capture_output=True, text=True, timeout=120,
+                          env={"PATH": f"{python.parent}:/usr/bin:/bin", "HOME": str(cwd)})
+
+
+def test_the_wheel_ships_the_data_files_and_no_top_level_stages(installed):
+    wheel, _ = installed
+    names = zipfile.ZipFile(wheel).namelist()
+    for rel in SHIPPED:
+        assert rel in names, rel
+    tops = {name.split("/", 1)[0] for name in names if not name.split("/", 1)[0].endswith(".dist-info")}
+    assert tops == {"skillevo"}, tops
+    assert any(n.endswith("entry_points.txt") for n in names)
+
+
+def test_the_installed_command_runs_outside_the_checkout(installed, tmp_path):
+    _, python = installed
+    skillevo = python.parent / "skillevo"
+    done = subprocess.run([str(skillevo), "--version"], cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0 and done.stdout.startswith("skillevo 0."), done.stderr
+    done = subprocess.run([str(skillevo), "--help"], cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    assert "apply" in done.stdout and "setup" in done.stdout
+    done = _run(python, "-m", "skillevo.stages.gate", "--help", cwd=tmp_path)
+    assert done.returncode == 0 and "promotion.json" in done.stdout, done.stderr
+    probe = ("import skillevo, json\nfrom skillevo.core.schemas import load_schema\n"
+             "from skillevo.bench import harness\nfrom skillevo import propose\n"
+             "load_schema('params'); load_schema('result-row')\n"
+             "print(json.dumps([skillevo.__file__, propose.PROMPT.is_file(), harness.code_digest()]))")
+    done = _run(python, "-c", probe, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    where, prompt, digest = json.loads(done.stdout)
+    assert not where.startswith(str(ROOT)) and prompt
+    assert digest == harness.code_digest()  # the same code is the same harness, wherever it is installed
+
+
+def test_an_unknown_command_is_refused_with_the_list(installed, tmp_path):
+    _, python = installed
+    done = subprocess.run([str(python.parent / "skillevo"), "aply"], cwd=tmp_path, capture_output=True, text=True,
+                          timeout=60)
+    assert done.returncode == 2 and "unknown command 'aply'" in done.stderr and "revert" in done.stderr
