@@ -1,25 +1,22 @@
-"""dvc.yaml reads as the table of contents: every stage's code dependencies are exactly what its script imports.
+"""dvc.yaml reads as the table of contents: every path a stage reads or writes is in its command, and the code it
+runs reaches it through its identity file.
 
-A dependency that is not imported re-runs a paid stage for nothing; an import that is not a dependency lets a
-changed module reuse stale results. Both directions are checked against the real import graph (every
-`import` statement, also those inside functions), plus the data files those modules load.
+A code dependency that is not run re-runs a paid stage for nothing; code that is run but not a dependency lets a
+changed module reuse stale results. A stage's identity is the digest of its script's real import graph (every
+`import` statement, also those inside functions) plus the data files those modules load, so both directions hold
+by construction; the tests below show an edit reaching exactly the stages that import it.
 """
 
 from __future__ import annotations
 
+import json
+import shutil
+
 import pytest
 import yaml
 
-from skillevo.bench.harness import PACKAGES, ROOT, closure
-
-
-def _expand(dep: str) -> set[str]:
-    """A dependency as the files it stands for (a package directory: every file in it but bytecode)."""
-    path = ROOT / dep
-    if path.is_dir() and dep.split("/")[0] in PACKAGES:
-        return {p.relative_to(ROOT).as_posix() for p in path.rglob("*")
-                if p.is_file() and "__pycache__" not in p.parts and p.suffix != ".pyc"}
-    return {dep}
+from skillevo.bench import harness
+from skillevo.bench.harness import PACKAGES, ROOT, stage_names
 
 
 def _stages() -> dict[str, dict]:
@@ -35,18 +32,49 @@ def test_every_stage_is_execd_so_it_is_dvcs_own_child(name):
     assert stage.get("do", stage)["cmd"].startswith("exec python -m skillevo.stages."), f"{name}: cmd is not exec'd"
 
 
-@pytest.mark.parametrize("name", sorted(_stages()))
-def test_code_dependencies_are_exactly_the_import_closure(name):
-    stage = _stages()[name]
-    body = stage.get("do", stage)
-    script = "skillevo/stages/" + body["cmd"].split("python -m skillevo.stages.", 1)[1].split()[0] + ".py"
-    code_deps = set()
-    for dep in body["deps"]:
-        if dep.split("/")[0] in PACKAGES:
-            code_deps |= _expand(dep)
-    run = set().union(*(_expand(f) for f in closure(script)))  # a data directory (the schemas) as its files
-    assert code_deps == run, (
-        f"{name}: listed but not run: {sorted(code_deps - run)}; run but not listed: {sorted(run - code_deps)}")
+@pytest.mark.parametrize("name", sorted(set(_stages()) - {"identity"}))
+def test_a_stage_depends_on_its_code_through_its_identity_and_on_no_code_path(name):
+    """The code a stage runs is in its identity file (which the identity stage writes, always run); a code path
+    in deps would name a file of this checkout that an installed skillevo does not have."""
+    body = _stages()[name].get("do", _stages()[name])
+    script = body["cmd"].split("python -m skillevo.stages.", 1)[1].split()[0]
+    assert body["deps"][0] == f".skillevo/identity/{script}.json"
+    assert not [d for d in body["deps"] if d.split("/")[0] in PACKAGES], name
+    assert f".skillevo/identity/{script}.json" in _identity_outs()
+
+
+def _identity_outs() -> set[str]:
+    return {next(iter(out)) if isinstance(out, dict) else out for out in _stages()["identity"]["outs"]}
+
+
+def test_the_identity_stage_writes_one_file_per_stage_and_always_runs():
+    stage = _stages()["identity"]
+    assert stage["always_changed"] is True
+    assert _identity_outs() == {f".skillevo/identity/{name}.json" for name in stage_names()}
+    assert all(out[next(iter(out))] == {"cache": False} for out in stage["outs"])  # rebuilt, never pulled
+
+
+def test_a_stage_identity_follows_exactly_the_code_it_runs(tmp_path, monkeypatch):
+    """An edit of a module changes the identity of the stages that import it, and of no other."""
+    shutil.copytree(ROOT / "skillevo", tmp_path / "skillevo", ignore=shutil.ignore_patterns("__pycache__"))
+    monkeypatch.setattr(harness, "ROOT", tmp_path)
+    before = {name: harness.code_digest.__wrapped__(f"{harness.STAGES}/{name}.py") for name in stage_names()}
+    policy = tmp_path / "skillevo/gate/policy.py"
+    policy.write_text(policy.read_text() + "\n# an edit\n")
+    after = {name: harness.code_digest.__wrapped__(f"{harness.STAGES}/{name}.py") for name in stage_names()}
+    importers = {name for name in stage_names()
+                 if "skillevo/gate/policy.py" in harness.closure(f"{harness.STAGES}/{name}.py")}
+    assert importers and importers != set(stage_names())
+    assert {name for name in before if before[name] != after[name]} == importers
+
+
+def test_the_identity_stage_writes_what_the_harness_says(tmp_path):
+    from skillevo.stages import identity
+    assert identity.main(["--out", str(tmp_path)]) == 0
+    for name in stage_names():
+        written = json.loads((tmp_path / f"{name}.json").read_text())
+        assert written == harness.stage_identity(name) and written["code"] == harness.code_digest(
+            f"{harness.STAGES}/{name}.py")
 
 
 def _covered(path: str, words: list[str]) -> bool:
@@ -67,8 +95,8 @@ def test_every_path_the_stage_reads_or_writes_is_in_its_command(name):
     stage = _stages()[name]
     body = stage.get("do", stage)
     words = body["cmd"].split()
-    for dep in body["deps"]:
-        if dep.split("/")[0] not in PACKAGES and not dep.startswith("${item."):
+    for dep in body.get("deps", []):
+        if not dep.startswith(("${item.", ".skillevo/identity/")):  # the identity stands for the code: not read
             assert _covered(dep, words), f"{name}: reads {dep}, which its cmd does not name"
     for out in body.get("outs", []) + body.get("metrics", []) + body.get("plots", []):
         path = out if isinstance(out, str) else next(iter(out))
@@ -80,5 +108,5 @@ def test_the_family_directories_are_templated_from_params():
     family = {"skills", ".claude/skills"}
     for name, stage in _stages().items():
         body = stage.get("do", stage)
-        for path in [*body["deps"], *body["cmd"].split()]:
+        for path in [*body.get("deps", []), *body["cmd"].split()]:
             assert path not in family and not any(path.startswith(f + "/") for f in family), f"{name}: {path}"

@@ -16,7 +16,7 @@ from skillevo.bench.harness import ROOT, imports, module_file
 
 PACKAGE = ROOT / "skillevo"
 NODES = {"core", "agent", "sandbox", "simulator", "stats", "bench", "evidence", "gate", "apply", "ops", "propose",
-         "freeze"}
+         "freeze", "stages", "commands", "__main__"}
 MAX_LINES = 400
 
 
@@ -91,4 +91,13 @@ def test_nothing_imports_the_operator_tools():
     """ops runs around the pipeline; a stage or the engine that imported it would put a tool in a stage's
     dependencies and the harness digest."""
     users = {node: edges["ops"] for node, edges in _graph().items() if "ops" in edges}
+    assert not users, users
+
+
+def test_nothing_imports_the_entry_points():
+    """The stage scripts and the `skillevo` command sit on top: a library module that imported one would make a
+    stage's code (and the harness digest) depend on another stage's."""
+    entry = {"stages", "commands", "__main__"}
+    users = {node: sorted(set(edges) & entry) for node, edges in _graph().items()
+             if set(edges) & entry and node not in ("commands", "__main__")}
     assert not users, users

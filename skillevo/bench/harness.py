@@ -1,9 +1,10 @@
-"""What the harness is: the code a bench stage runs and the outside tools a cell's outcome depends on.
+"""What the harness is: the code a stage runs and the outside tools a cell's outcome depends on.
 
-Two owners rely on this one account. dvc.yaml's code dependencies must be exactly a stage script's import
-closure (tests/test_dvc_yaml.py compares them), and the cell store keys every cell on a digest of the bench's
-closure and tool versions, so that a cell measured by an older (perhaps weaker) harness is never served after
-the harness changes.
+Two owners rely on this one account. Each stage's identity (the package version and a digest of the stage
+script's import closure, written by the `identity` stage for dvc.yaml) makes DVC re-run a stage exactly when the
+code it runs changed, wherever skillevo is installed; and the cell store keys every cell on a digest of the
+bench's closure and tool versions, so that a cell measured by an older (perhaps weaker) harness is never served
+after the harness changes.
 """
 
 from __future__ import annotations
@@ -11,13 +12,15 @@ from __future__ import annotations
 import ast
 import functools
 import subprocess
+from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
 from skillevo.core.digests import framed_digest, sha256_json
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[2]  # the checkout, or site-packages: paths below are the same in both
 PACKAGES = ("skillevo",)
-BENCH_SCRIPT = "skillevo/stages/bench.py"
+STAGES = "skillevo/stages"
+BENCH_SCRIPT = f"{STAGES}/bench.py"
 # Files a module reads at run time besides its imports.
 DATA = {
     "skillevo/core/schemas.py": {"skillevo/schemas"},  # every schema is in the registry (schemas refer to each other)
@@ -126,3 +129,22 @@ def identity() -> dict[str, str]:
 
 def digest() -> str:
     return sha256_json(identity())
+
+
+def package_version() -> str:
+    try:
+        return version("skillevo")
+    except PackageNotFoundError:  # a checkout run without an install
+        return "unknown"
+
+
+def stage_names() -> list[str]:
+    """The pipeline's stage scripts (skillevo/stages/<name>.py), the identity stage itself excluded."""
+    return sorted(p.stem for p in (ROOT / STAGES).glob("*.py") if p.stem not in ("__init__", "identity"))
+
+
+def stage_identity(name: str) -> dict[str, str | int]:
+    """What a stage's results depend on of skillevo itself: the version and the digest of the code it runs."""
+    files = closure(f"{STAGES}/{name}.py")
+    return {"stage": name, "skillevo": package_version(), "code": code_digest(f"{STAGES}/{name}.py"),
+            "files": len(_files(files))}

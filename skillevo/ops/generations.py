@@ -250,7 +250,7 @@ CONFIRM_STAGES = ("bench@incumbent", "preflight", "bench@candidate", "gate")
 def _generation(dvc: str, confirms: int | None = None) -> list[dict[str, Any]]:
     started_at = datetime.now(UTC).isoformat(timespec="seconds")
     out = _run([dvc, "repro"] if confirms is None else [dvc, "repro", "--single-item", *CONFIRM_STAGES])
-    ran = frozenset(re.findall(r"Running stage '([^']+)'", out))
+    ran = frozenset(re.findall(r"Running stage '([^']+)'", out)) - {"identity"}  # that one runs every time
     ds = decisions()
     for d in ds:
         print(f"   {d['candidate_arm']}: {d['decision']} — {(d['reasons'] or [''])[0]}")
