@@ -13,10 +13,12 @@ if [ -n "$fd" ]; then
   # readable with nothing ever written = end-of-file: the host died before the command could start
   if read -r -t 0 <&"$fd"; then exit 137; fi
   { cat <&"$fd" >/dev/null 2>&1; kill -KILL -1; } &
+  disown  # not a job of this shell: its death at the end is reported nowhere (the checks keep stderr)
   exec {fd}<&-
 fi
 if [ -n "${SKILLEVO_RELAY_PORT:-}" ]; then
   socat "TCP-LISTEN:${SKILLEVO_RELAY_PORT},bind=127.0.0.1,fork,reuseaddr" "UNIX-CONNECT:/run/skillevo/relay.sock" &
+  disown
   for _ in $(seq 500); do
     (exec 3<>"/dev/tcp/127.0.0.1/${SKILLEVO_RELAY_PORT}") 2>/dev/null && break
     sleep 0.01
