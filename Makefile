@@ -15,7 +15,7 @@ export PATH := $(abspath $(VENV))/bin:$(PATH)
 export SKILLEVO_CLAUDE := $(abspath $(CLAUDE_BIN))
 export DVC_NO_ANALYTICS := 1
 
-.PHONY: setup system-packages demo repro apply revert evolve report push pull gc session-demo lint test test-full bench-session bench-cells bench-pipeline gate-study demo-seeds bench-economy gate-study-simulator plots modes clean
+.PHONY: setup system-packages demo repro check apply revert evolve report push pull gc session-demo lint test test-full bench-session bench-cells bench-pipeline gate-study demo-seeds bench-economy gate-study-simulator plots modes clean
 setup: system-packages $(INSTALLED) $(CLAUDE_BIN)
 
 # bwrap, socat (the model relay and Claude's inner sandbox), git, and Debian's python3 with pytest (what
@@ -62,6 +62,10 @@ demo: setup
 
 repro: setup
 	$(DVC) repro
+
+# Everything that can be known wrong before any money is spent, one line per problem (skillevo/check.py).
+check: setup
+	$(VENV)/bin/skillevo check
 
 apply: setup
 	$(VENV)/bin/skillevo apply

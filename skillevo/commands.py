@@ -1,6 +1,7 @@
 """The `skillevo` command: what a team runs in its own repository, one subcommand per job.
 
     skillevo setup                 install the pinned Claude Code CLI (~/.local/share/skillevo)
+    skillevo check                 what can be known wrong before anything is paid, one line per problem
     skillevo apply | revert        write the promoted skills into the repository, or undo that
     skillevo status | report       the current generation's decision; every archived generation
     skillevo cells ls|push|pull|gc the cell store (docs/cell-store.md)
@@ -19,6 +20,7 @@ from importlib.metadata import PackageNotFoundError, version
 # name -> (module whose main(argv) runs it, arguments put before the user's, one line of help)
 COMMANDS: dict[str, tuple[str, tuple[str, ...], str]] = {
     "setup": ("skillevo.agent.install", (), "install the pinned Claude Code CLI"),
+    "check": ("skillevo.ops.check", (), "everything that can be known wrong before any money is spent"),
     "apply": ("skillevo.stages.apply", (), "write the promoted skill files, transactionally, for review"),
     "revert": ("skillevo.stages.apply", ("--revert",), "undo the last apply"),
     "status": ("skillevo.ops.generations", ("status",), "the current generation's decision"),

@@ -16,7 +16,7 @@ from skillevo.bench.harness import ROOT, imports, module_file
 
 PACKAGE = ROOT / "skillevo"
 NODES = {"core", "agent", "sandbox", "simulator", "stats", "bench", "evidence", "gate", "apply", "ops", "propose",
-         "freeze", "stages", "commands", "__main__"}
+         "freeze", "check", "stages", "commands", "__main__"}
 MAX_LINES = 400
 
 

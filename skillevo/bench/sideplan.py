@@ -65,6 +65,7 @@ def plan(side: str, tasks_file: Path, skills_dir: Path, overlay_dir: Path | None
     if modes is not None:
         modes_mod.check(modes, skills_dir, executables)
     arms_mod.check_skills(params.arms, layout.skill_names_in(family), params.source)
+    layout.check_evolvable(params.skills.evolvable, family, params.source)
     expensive = params.bench.include_expensive if include_expensive is None else include_expensive
     loaded = tasks_mod.load(tasks_file, target_roots=params.tasks.target_roots)
     split = tasks_mod.split(loaded, params.tasks.gate, params.tasks.evidence, params.tasks.shared, params.source)

@@ -6,7 +6,7 @@ freeze and apply can never disagree about a destination, nor the bench and the g
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from pathlib import Path
 
 from skillevo.core import frontmatter, safefs
@@ -108,6 +108,16 @@ def tree_digest(files: Mapping[str, bytes], executables: Collection[str] = ()) -
 
 def skill_names_in(files: dict[str, bytes]) -> list[str]:
     return sorted(rel.split("/")[0] for rel in files if rel.count("/") == 1 and rel.endswith("/" + SKILL_FILE))
+
+
+def check_evolvable(evolvable: Iterable[str], family: dict[str, bytes], source: str = "params.yaml") -> None:
+    """Every name params skills.evolvable gives is a skill of the family: a misspelt one would let the proposer
+    change nothing it names, and the generation is paid for nothing."""
+    known = skill_names_in(family)
+    for name in evolvable:
+        if name not in known:
+            raise BadInput(f"{source}: skills.evolvable: {name!r} is not a skill of the family "
+                           f"({', '.join(known) or 'none'}) (rule: evolvable skills exist)")
 
 
 def skill_names(skills_dir: str | Path) -> list[str]:

@@ -207,22 +207,32 @@ def preflight(rows: Iterable[Mapping[str, Any]], gate_tasks: Iterable[str], samp
         "min_improvement": stats.runs_for_saving(variance, policy.min_improvement_pct, level, sampling.power),
         "saving_20pct": stats.runs_for_saving(variance, 20, level, sampling.power),
     }
-    warnings = []
-    if sampling.runs < needed["min_total_runs"]:
-        warnings.append(f"sampling.runs {sampling.runs} on {len(gate_tasks)} gate task(s) is "
-                        f"{sampling.runs * len(gate_tasks)} runs per arm, below gate.min_total_runs "
-                        f"{policy.min_total_runs}: no candidate can be promoted; run at least "
-                        f"{needed['min_total_runs']} per task")
-    if sampling.runs < needed["resolution_bound"]:
-        warnings.append(f"{sampling.runs} runs on {len(gate_tasks)} gate task(s) cannot rule out a resolution drop of "
-                        f"{policy.max_resolution_drop_pct:g} points, so no candidate can be promoted; run at least "
-                        f"{needed['resolution_bound']} per task")
+    warnings = unpromotable(len(gate_tasks), sampling, policy)
     if detectable is not None and policy.min_improvement_pct < detectable:
         warnings.append(f"gate.min_improvement_pct {policy.min_improvement_pct:g}% is below the saving {sampling.runs} "
                         f"runs can detect ({detectable:.1f}% at power {sampling.power:g}): a real saving between the "
                         f"two will usually be kept out; {needed['min_improvement']} runs per task would find it")
     warnings += sequential_warnings(sampling, policy)
     return Preflight(len(gate_tasks), sampling.runs, cv, source, detectable, needed, tuple(warnings))
+
+
+def unpromotable(gate_tasks: int, sampling: SamplingParams, policy: Policy) -> list[str]:
+    """Why no candidate can be promoted with sampling.runs on `gate_tasks` tasks, whatever the data: the runs a
+    promotion needs (gate.min_total_runs) and the runs that can rule out the largest resolution drop allowed.
+    Known from params alone, so `skillevo check` says it before anything is paid."""
+    tasks = max(gate_tasks, 1)
+    total = -(-policy.min_total_runs // tasks)
+    bound = -(-stats.runs_to_bound_drop(policy.max_resolution_drop_pct, policy.alpha) // tasks)
+    out = []
+    if sampling.runs < total:
+        out.append(f"sampling.runs {sampling.runs} on {gate_tasks} gate task(s) is {sampling.runs * gate_tasks} runs "
+                   f"per arm, below gate.min_total_runs {policy.min_total_runs}: no candidate can be promoted; run at "
+                   f"least {total} per task")
+    if sampling.runs < bound:
+        out.append(f"{sampling.runs} runs on {gate_tasks} gate task(s) cannot rule out a resolution drop of "
+                   f"{policy.max_resolution_drop_pct:g} points, so no candidate can be promoted; run at least "
+                   f"{bound} per task")
+    return out
 
 
 def sequential_warnings(sampling: SamplingParams, policy: Policy) -> list[str]:

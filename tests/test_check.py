@@ -1,0 +1,98 @@
+"""`skillevo check` says, before anything is paid, every problem a bench, a freeze or the gate would stop on later,
+one line each naming the file and the rule, all in one pass; and the bench itself refuses an evolvable name that
+is not a skill before its first session."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+
+from skillevo.bench import plan
+from skillevo.core import config
+from skillevo.core.errors import BadInput
+from skillevo.ops import check as check_cmd
+from tests.bench_fixtures import ROOT, make_mini, params_doc
+
+GIT = ["git", "-c", "user.name=t", "-c", "user.email=t@t"]
+
+
+def _world(root: Path, runs: int = 20, **params: dict) -> Path:
+    """A committed repository with the mini tasks (one gate task), the demo's family and its mirror, and params
+    whose gate can promote (runs x 1 gate task >= min_total_runs)."""
+    make_mini(root)
+    shutil.copytree(ROOT / "skills", root / "skills")
+    shutil.copytree(ROOT / "skills", root / ".claude/skills")
+    shutil.copy(ROOT / "skill-modes.json", root / "skill-modes.json")
+    doc = params_doc(runs=runs)
+    doc["tasks"].update(gate=["greet"], evidence=["cheat"])
+    doc["gate"].update(min_total_runs=20)
+    for section, values in params.items():
+        doc[section] = {**doc.get(section, {}), **values}
+    (root / "params.yaml").write_text(yaml.safe_dump(doc))
+    subprocess.run(["git", "init", "-q", str(root)], check=True)
+    subprocess.run([*GIT, "-C", str(root), "add", "-A"], check=True)
+    subprocess.run([*GIT, "-C", str(root), "commit", "-qm", "world"], check=True)
+    return root
+
+
+def _check(root: Path, *extra: str) -> int:
+    return check_cmd.main(["--params", str(root / "params.yaml"), "--tasks", str(root / "tasks/tasks.yaml"),
+                           "--modes", str(root / "skill-modes.json"), "--repo", str(root), *extra])
+
+
+def test_a_sound_world_passes(tmp_path, capsys):
+    assert _check(_world(tmp_path), "--no-tasks") == 0
+    assert capsys.readouterr().out.startswith("check: ok:")
+
+
+def test_every_problem_is_one_line_in_one_pass(tmp_path, capsys):
+    root = _world(tmp_path)
+    doc = yaml.safe_load((root / "params.yaml").read_text())
+    doc["skills"]["evolvable"] = ["plan", "wrok"]  # misspelt
+    doc["sampling"]["runs"] = 4  # 4 runs on 1 gate task: below min_total_runs 20
+    (root / "params.yaml").write_text(yaml.safe_dump(doc))
+    skill = root / "skills/work/SKILL.md"
+    skill.write_text(skill.read_text() + "\n- an uncommitted line\n")
+    assert _check(root, "--no-tasks") == 2
+    err = capsys.readouterr().err.splitlines()
+    problems = [line for line in err if line.startswith("check: ") and "(rule: " in line]
+    rules = sorted(line.rsplit("(rule: ", 1)[1].rstrip(")") for line in problems)
+    assert "evolvable skills exist" in rules and "no drift" in rules, err
+    assert any("below gate.min_total_runs 20" in line for line in problems), err
+    assert any("skills/work/SKILL.md: differs from its committed bytes" in line for line in problems), err
+    assert err[-1].startswith("check: refused: ") and "problem(s) above" in err[-1]
+
+
+def test_a_real_backend_without_a_credential_is_a_problem(tmp_path, capsys, monkeypatch):
+    for name in ("ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN"):
+        monkeypatch.delenv(name, raising=False)
+    root = _world(tmp_path, model={"backend": "anthropic", "name": "claude-sonnet-4-6"})
+    assert _check(root, "--no-tasks") == 2
+    assert "(rule: a credential from the environment)" in capsys.readouterr().err
+
+
+def test_the_bench_refuses_an_evolvable_name_that_is_not_a_skill(tmp_path):
+    root = _world(tmp_path)
+    doc = yaml.safe_load((root / "params.yaml").read_text())
+    doc["skills"]["evolvable"] = ["wrok"]
+    with pytest.raises(BadInput, match=r"skills.evolvable: 'wrok' is not a skill .*\(rule: evolvable skills exist\)"):
+        plan("incumbent", root / "tasks/tasks.yaml", root / "skills", None, config.parse(doc))
+
+
+@pytest.mark.bwrap
+def test_a_task_already_solved_or_a_setup_that_fails_is_said_before_any_session(tmp_path, capsys):
+    root = _world(tmp_path)
+    assert _check(root) == 0  # the mini tasks are unsolved as given
+    assert "2 task(s) set up and unsolved as given" in capsys.readouterr().out
+    (root / "tasks/targets/greet/pkg/greet.py").write_text('def greet():\n    return "hello"\n')  # solved
+    doc = yaml.safe_load((root / "tasks/tasks.yaml").read_text())
+    doc["tasks"][1]["setup"] = "exit 3"
+    (root / "tasks/tasks.yaml").write_text(yaml.safe_dump(doc))
+    assert _check(root) == 2
+    err = capsys.readouterr().err
+    assert "task greet: the hidden oracle passes on the target as given: the task is already solved" in err
+    assert "task cheat: setup failed (exited, exit 3" in err
