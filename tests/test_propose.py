@@ -122,14 +122,39 @@ def test_the_proposer_chooses_by_attributed_cost_not_by_what_the_playbook_calls_
     from skillevo.simulator.proposer import _choose, _key
 
     book = load_all(BOOKS)
-    lines = [("work", 8, "- Read every module of the package end to end before editing, so that no caller is missed."),
-             ("work", 11, "- Handle empty and boundary inputs explicitly: whatever the task says about empty input.")]
+    lines = [("work", 8, "- Read every module of the package end to end before editing, so that no caller is missed.",
+              ()),
+             ("work", 11, "- Handle empty and boundary inputs explicitly: whatever the task says about empty input.",
+              ())]
     analysis = {"rows": 3, "costs": {"survey": 1_000, "edge-cases": 9_000}, "cited": {}, "rejected": []}
     assert book.instructions["edge-cases"].necessary  # the playbook knows; the proposer does not use it
-    skill, line, what, _, tokens = _choose(book, analysis, lines)
+    skill, line, _, what, _, tokens = _choose(book, analysis, lines)
     assert (skill, what, tokens) == ("work", "the instruction `edge-cases`", 9_000) and line == lines[1][2]
     analysis["rejected"] = [_key(lines[1][2])]  # a rejected removal is not proposed again
     assert _choose(book, analysis, lines)[1] == lines[0][2]
+
+
+def test_the_simulated_proposer_removes_a_list_item_with_its_continuation_lines():
+    """A two-line item once lost only its first line, and the dangling continuation reached the promoted SKILL.md:
+    the grep shows the lines after each match, and the block (the item and its indented lines) goes whole; a block
+    that may run past what grep showed is never chosen."""
+    from types import SimpleNamespace
+
+    from skillevo.simulator.proposer import CONTEXT, GREP, _choose, _lines
+
+    book = load_all(BOOKS)
+    path = "/work/skills/work/SKILL.md"
+    survey = book.instructions["survey"].phrase
+    out = "\n".join([GREP, f"{path}:8:- Before editing, {survey},",
+                      f"{path}-9-  so that no caller is missed,", f"{path}-10-  and no test either.",
+                      f"{path}-11-- Make the smallest change.", "--",
+                      f"{path}:20:- Finally, {survey} again,",
+                      *[f"{path}-{21 + i}-  more {i}" for i in range(CONTEXT)]])
+    conv = SimpleNamespace(results=[SimpleNamespace(text=out)])
+    lines = _lines(conv)
+    assert [(n, rest) for _, n, _, rest in lines] == [(8, ("  so that no caller is missed,", "  and no test either."))]
+    analysis = {"rows": 3, "costs": {"survey": 5_000}, "cited": {}, "rejected": []}
+    assert _choose(book, analysis, lines)[2] == ("  so that no caller is missed,", "  and no test either.")
 
 
 def test_a_failure_of_the_simulator_is_reported_as_one_never_as_a_transient_api_error():

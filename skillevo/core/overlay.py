@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from skillevo.core import frontmatter, layout, safefs
+from skillevo.core import frontmatter, layout, markdown, safefs
 from skillevo.core.errors import BadInput
 from skillevo.core.oracle_guard import OracleGuard
 
@@ -136,6 +136,12 @@ def validate(files: Mapping[str, bytes], family: Mapping[str, bytes], evolvable:
         reason = guard.check_file(rel, data)
         if reason:
             raise _refuse(rel, f"{reason} (rule: no hidden-oracle content in a skill)")
+        broken = markdown.new_problems(family.get(rel, b"").decode(errors="replace"), text) \
+            if rel.endswith(".md") else []
+        if broken:
+            what, line = broken[0]
+            raise _refuse(rel, f"the edit leaves an {what}: {line[:120]!r} (skillevo/core/markdown.py says which "
+                               "structure an edit must keep) (rule: Markdown structure kept)")
         changed += changed_lines(family.get(rel, b""), text.encode())
         changed += rel in family and (rel in executables) != (rel in overlay_executables)
     if changed == 0:

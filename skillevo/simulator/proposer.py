@@ -15,6 +15,7 @@ from __future__ import annotations
 import hashlib
 import json
 import posixpath
+import re
 import shlex
 from typing import Any
 
@@ -23,6 +24,7 @@ from skillevo.simulator.conversation import Conversation
 from skillevo.simulator.playbook import Playbook
 
 MARKER = "SKILLEVO-ANALYSIS "
+CONTEXT = 6  # lines shown after each matched line; a block longer than that is never chosen (it could be cut)
 REMOVED = "Instruction removed: "
 
 # Runs inside the proposer's sandbox: sums, per instruction, the tokens of the turns whose tool call
@@ -137,45 +139,65 @@ def _ranked(book: Playbook, analysis: dict[str, Any]) -> list[tuple[int, str]]:
 
 def _grep(book: Playbook, evolvable: set[str]) -> str:
     """Two bounded searches of the evolvable SKILL.md files (well under the CLI's preview size): the lines that
-    hold a known instruction, then the last few bullets (for when no instruction is left to remove)."""
+    hold a known instruction, then the last few bullets (for when no instruction is left to remove); each with the
+    lines after it, so that a list item is removed with its continuation lines, never half of it."""
     files = " ".join(shlex.quote(f"/work/skills/{s}/SKILL.md") for s in sorted(evolvable))
     patterns = " ".join(f"-e {shlex.quote(i.phrase)}" for i in book.instructions.values())
-    return (f"echo {GREP}; grep -n -H -i -F {patterns} {files} 2>/dev/null | head -n 20 | cut -c1-300; "
-            f"grep -n -H '^- ' {files} 2>/dev/null | tail -n 6 | cut -c1-300")
+    return (f"echo {GREP}; grep -n -H -A {CONTEXT} -i -F {patterns} {files} 2>/dev/null | head -n 80 | cut -c1-300; "
+            f"grep -n -H -A {CONTEXT} '^- ' {files} 2>/dev/null | tail -n 24 | cut -c1-300")
 
 
-def _lines(conv: Conversation) -> list[tuple[str, int, str]]:
-    """(skill, line number, text) from the grep's output."""
+_GREP_LINE = re.compile(r"^/work/skills/([^/]+)/SKILL\.md([:-])(\d+)[:-](.*)$")
+
+
+def _lines(conv: Conversation) -> list[tuple[str, int, str, tuple[str, ...]]]:
+    """(skill, line number, text, its continuation lines) for each matched line of the grep's output: the lines
+    right after it that are indented and not blank belong to the same Markdown block (a list item's)."""
     for result in conv.results:
         if GREP in result.text:
-            out = []
+            seen: dict[tuple[str, int], str] = {}
+            matched: list[tuple[str, int]] = []
             for raw in result.text.split(GREP, 1)[1].splitlines():
-                path, _, rest = raw.partition(":")
-                number, _, text = rest.partition(":")
-                if path.startswith("/work/skills/") and number.isdigit():
-                    out.append((path.split("/")[3], int(number), text))
+                m = _GREP_LINE.match(raw)
+                if m:
+                    key = (m.group(1), int(m.group(3)))
+                    seen[key] = m.group(4)
+                    if m.group(2) == ":":
+                        matched.append(key)
+            out = []
+            for skill, number in matched:
+                block, n = [], number + 1
+                while (skill, n) in seen and seen[(skill, n)][:1] in (" ", "\t") and seen[(skill, n)].strip():
+                    block.append(seen[(skill, n)])
+                    n += 1
+                if (skill, n) not in seen and n > number + CONTEXT:  # the block may go on past what grep showed
+                    continue
+                out.append((skill, number, seen[(skill, number)], tuple(block)))
             return out
     return []
 
 
-def _choose(book: Playbook, analysis: dict[str, Any], lines: list[tuple[str, int, str]]
-            ) -> tuple[str, str, str, list[str], int]:
-    """(skill, exact line to remove, what it is, cited run ids, attributed tokens)."""
+def _choose(book: Playbook, analysis: dict[str, Any], lines: list[tuple[str, int, str, tuple[str, ...]]]
+            ) -> tuple[str, str, tuple[str, ...], str, list[str], int]:
+    """(skill, exact line to remove, its continuation lines, what it is, cited run ids, attributed tokens)."""
     rejected = set(analysis.get("rejected", []))
     for tokens, ins in _ranked(book, analysis):
         phrase = book.instructions[ins].phrase.lower()
-        for skill, _, line in lines:
-            if phrase in line.lower() and _key(line) not in rejected:
-                return skill, line, f"the instruction `{ins}`", analysis["cited"].get(ins, []), tokens
+        for skill, _, line, rest in lines:
+            if not line[:1].isspace() and phrase in line.lower() and _key(line) not in rejected:
+                return skill, line, rest, f"the instruction `{ins}`", analysis["cited"].get(ins, []), tokens
     phrases = [i.phrase.lower() for i in book.instructions.values()]
-    for skill, _, line in reversed(lines):
+    for skill, _, line, rest in reversed(lines):
         if line.startswith("- ") and not any(p in line.lower() for p in phrases) and _key(line) not in rejected:
-            return skill, line, "a line that steers no measured behaviour", [], 0
+            return skill, line, rest, "a line that steers no measured behaviour", [], 0
     raise LookupError("no line left that the simulated proposer may remove")
 
 
-def _proposal(skill: str, line: str, what: str, cited: list[str], tokens: int, rows: int) -> str:
+def _proposal(skill: str, line: str, rest: tuple[str, ...], what: str, cited: list[str], tokens: int,
+              rows: int) -> str:
     runs = ", ".join(cited[:12]) or "none of the selected runs"
+    quoted = "\n".join(f"> {x.rstrip()}" for x in (line.strip(), *rest))
+    scope = "one line" if not rest else f"one list item, its {len(rest)} continuation line(s) with it"
     return (
         f"# Proposal: drop one line from the `{skill}` skill\n\n"
         f"{REMOVED}{line.strip()}\n\n"
@@ -183,7 +205,7 @@ def _proposal(skill: str, line: str, what: str, cited: list[str], tokens: int, r
         f"In {rows} evidence run(s), {what} made the agent take extra tool calls that no check needed; "
         f"those turns cost about {tokens:,} tokens in all. Runs: {runs}.\n\n"
         "## Change\n\n"
-        f"Remove this line from `skills/{skill}/SKILL.md` (one line, nothing else changes):\n\n> {line.strip()}\n\n"
+        f"Remove this from `skills/{skill}/SKILL.md` ({scope}; nothing else changes):\n\n{quoted}\n\n"
         "## Expected metric movement\n\n"
         "cost_usd (and input tokens) should fall on every task where the step ran, because each skipped "
         "tool call also removes its output from every later turn's context; resolution should not change.\n\n"
@@ -212,7 +234,7 @@ class SimulatedProposer:
             return Reply(tool=("Bash", {"command": _grep(self.book, self.evolvable),
                                         "description": "find the skill lines behind the costs"}))
         try:
-            skill, line, what, cited, tokens = _choose(self.book, analysis, _lines(conv))
+            skill, line, rest, what, cited, tokens = _choose(self.book, analysis, _lines(conv))
         except LookupError as e:
             return Reply(text=f"No proposal: {e}.")
         target = f"{self.out}/overlay/{skill}/SKILL.md"
@@ -220,9 +242,9 @@ class SimulatedProposer:
             ("Bash", {"command": f"mkdir -p {self.out}/overlay/{skill} && cp /work/skills/{skill}/SKILL.md {target}",
                       "description": "start from a byte copy of the incumbent"}),
             ("Read", {"file_path": target}),
-            ("Edit", {"file_path": target, "old_string": line + "\n", "new_string": ""}),
+            ("Edit", {"file_path": target, "old_string": "".join(f"{x}\n" for x in (line, *rest)), "new_string": ""}),
             ("Write", {"file_path": f"{self.out}/proposal.md",
-                       "content": _proposal(skill, line, what, cited, tokens, analysis["rows"])}),
+                       "content": _proposal(skill, line, rest, what, cited, tokens, analysis["rows"])}),
         ]
         step = conv.turns - 2
         if step < len(script):
