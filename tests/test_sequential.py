@@ -294,3 +294,18 @@ def test_preflight_warns_when_interim_and_the_gate_disagree():
     assert any("sampling.sequential.alpha 0.05 is not the gate's 0.04" in w for w in warnings)
     assert any("sampling.sequential.metric num_turns is not gate.metric cost_usd" in w for w in warnings)
     assert any("sampling.sequential.first 2 is below gate.min_runs 3" in w for w in warnings)
+
+
+def test_a_looks_line_prints_its_numbers_as_the_gate_does(monkeypatch):
+    """A stage line once said 32.3% and p=0 where the status said 32.2% and p=1.48e-24: every line now prints the
+    rounded figures promotion.json binds (stats.improvement_text, p_text), never the raw ones."""
+    raw = stats.Estimate("per_resolved", 32.2501, (20.0, 40.0), 0.677499, 1.4812e-24, 1.0, (), "bootstrap-t",
+                         resamples=1999)
+    monkeypatch.setattr(sampling.stats, "per_resolved", lambda strata, level: raw)
+    rows = {arm: [{"task": "t", "arm": arm, "run": r, "cost_usd": 1.0, "resolved": True, "error_kind": None}
+                  for r in range(1, 5)] for arm in ("auto", "candidate_auto")}
+    _, line = sampling._look_arm(rows["auto"], rows["candidate_auto"], ["t"], "auto", "candidate_auto", 0.01, False,
+                                 plan(4))
+    shown = raw.to_dict(0.01)
+    assert f"{stats.improvement_text(shown)} cheaper, {stats.p_text(shown)}" in line, line
+    assert "32.2% cheaper, p=1.48e-24" in line  # not the raw 32.2501's "32.3%"

@@ -123,7 +123,8 @@ def _look_arm(incumbent_rows: list[Mapping[str, Any]], candidate_rows: list[Mapp
         return CONTINUE, f"{seq.metric} per resolved task is not defined yet (an arm resolved or spent nothing)"
     quality = stats.quality(counts, level)
     total = min(sum(inc[1] for inc, _ in counts), sum(cand[1] for _, cand in counts))
-    found = (f"{seq.metric} per resolved task {estimate.improvement_pct:.1f}% cheaper, p={estimate.p_value:.3g} "
+    shown = estimate.to_dict(level)  # printed as the gate prints it (stats.improvement_text, p_text)
+    found = (f"{seq.metric} per resolved task {stats.improvement_text(shown)} cheaper, {stats.p_text(shown)} "
              f"against the look's level {level:.3g}; resolution drop bound {quality.drop_upper_pct:.1f} points")
     if (estimate.p_value <= level and estimate.improvement_pct >= seq.min_improvement_pct
             and quality.drop_upper_pct <= seq.max_resolution_drop_pct and total >= seq.min_total_runs):

@@ -18,7 +18,7 @@ from skillevo.core import documents, safefs
 from skillevo.core.results import Side, side_totals
 from skillevo.gate import figures
 from skillevo.gate.verdict import INSUFFICIENT_EVIDENCE, KEEP_INCUMBENT, PROMOTE
-from skillevo.stats import bound_text, p_text
+from skillevo.stats import bound_text, improvement_text, p_text
 
 # Ordered so that `dvc metrics diff` reads up as better: promote > keep > insufficient.
 DECISION_CODES = {PROMOTE: 1, KEEP_INCUMBENT: 0, INSUFFICIENT_EVIDENCE: -1}
@@ -129,7 +129,7 @@ def _per(estimate: Mapping[str, Any]) -> str:
 
 def _estimate(estimate: Mapping[str, Any]) -> str:
     low, high = estimate["interval_pct"]
-    return (f"{estimate['improvement_pct']:.1f}% cheaper ({100 * estimate['confidence']:g}% interval "
+    return (f"{improvement_text(estimate)} cheaper ({100 * estimate['confidence']:g}% interval "
             f"{bound_text(low)} to {bound_text(high)}, {p_text(estimate)})")
 
 

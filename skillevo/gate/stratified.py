@@ -87,7 +87,7 @@ def judge(pairs: Sequence[Pair], policy: Policy, estimate: stats.Estimate | None
     what = "per resolved task" if estimate.estimand == "per_resolved" else "per run (geometric mean)"
     shown = estimate.to_dict(level)  # the figures promotion.json and the report show, rounded once, alike
     low, high = shown["interval_pct"]
-    found = (f"{metric} {what}: estimated improvement {shown['improvement_pct']:.1f}% ({100 * (1 - 2 * level):.4g}% "
+    found = (f"{metric} {what}: estimated improvement {stats.improvement_text(shown)} ({100 * (1 - 2 * level):.4g}% "
              f"interval {stats.bound_text(low)} to {stats.bound_text(high)}), one-sided {stats.p_text(shown)} "
              f"against 'not cheaper' at level {level:.3g}")
     if estimate.p_value <= level and estimate.improvement_pct >= policy.min_improvement_pct:

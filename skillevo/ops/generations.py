@@ -29,6 +29,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from skillevo import stats
 from skillevo.core import config, documents, layout, memory, safefs, stage
 from skillevo.core.digests import sha256_file
 from skillevo.core.errors import BadInput, SkillevoError
@@ -285,7 +286,7 @@ def _improvement(decision: dict[str, Any]) -> str:
     if not estimate:
         return "n/a"
     low, high = estimate["interval_pct"]
-    return f"{estimate['improvement_pct']:.1f}% ({low:.1f}% to {high:.1f}%)"
+    return f"{stats.improvement_text(estimate)} ({stats.bound_text(low)} to {stats.bound_text(high)})"
 
 
 def report(archive_dir: Path = ARCHIVE) -> str:

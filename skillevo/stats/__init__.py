@@ -11,7 +11,7 @@ scipy is imported inside the functions that use it: a stage that refuses its inp
 for it (about 0.7 s of every `python -m skillevo.stages.*` before).
 """
 
-from skillevo.stats.estimate import Estimate, bound_text, interval, p_text, significant
+from skillevo.stats.estimate import Estimate, bound_text, improvement_text, interval, p_text, significant
 from skillevo.stats.geometric import log_ratio
 from skillevo.stats.looks import LOOK_BOUNDARIES, look_fractions, look_levels, spent
 from skillevo.stats.per_resolved import per_resolved
@@ -23,7 +23,7 @@ from skillevo.stats.power import (
 )
 from skillevo.stats.resolution import Quality, quality, runs_to_bound_drop
 
-__all__ = ["LOOK_BOUNDARIES", "Estimate", "Quality", "bound_text", "detectable_improvement_pct",
+__all__ = ["LOOK_BOUNDARIES", "Estimate", "Quality", "bound_text", "detectable_improvement_pct", "improvement_text",
            "detectable_per_resolved_pct", "interval", "log_ratio", "look_fractions", "look_levels", "per_resolved",
            "per_resolved_variance", "quality", "p_text", "runs_for_saving", "runs_to_bound_drop", "significant",
            "spent"]

@@ -43,6 +43,12 @@ class Estimate:
         }
 
 
+def improvement_text(estimate: dict[str, object]) -> str:
+    """An improvement as every line prints it: from promotion.json's rounded figure (to_dict), never the raw one,
+    so a stage's line, the report and the status show the same digits."""
+    return f"{estimate['improvement_pct']:.1f}%"
+
+
 def p_text(estimate: dict[str, object]) -> str:
     """`p=...` as a reader should take it: a bootstrap's smallest p-value, 1 / (resamples + 1), means that no
     resample was as extreme, so the p-value is at most that."""
