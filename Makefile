@@ -9,14 +9,24 @@ PY := $(VENV)/bin/python
 CLAUDE_CODE_VERSION := $(shell sed -n 's/^CLAUDE_CODE_VERSION = "\(.*\)"/\1/p' skillevo/core/pins.py)
 CLAUDE_PREFIX := $(TOOLS)/claude-code-$(CLAUDE_CODE_VERSION)
 CLAUDE_BIN := $(CLAUDE_PREFIX)/node_modules/.bin/claude
-INSTALLED := $(VENV)/.installed-$(shell sha256sum pyproject.toml | cut -c1-16)
+# What each setup installs into the venv: the demo needs the package alone; `make test` and `lint` add the dev
+# tools (the `dev` extra); `make test-full` and the image add Ray (the `ray` extra). Each is stamped by the content
+# of pyproject.toml, and a larger install stands for a smaller one.
+PYPROJECT := $(shell sha256sum pyproject.toml | cut -c1-16)
+EXTRAS_demo :=
+EXTRAS_test := [dev]
+EXTRAS_full := [dev,ray]
+STAMP = $(VENV)/.installed-$(PYPROJECT)-$(1)
+INSTALLED := $(call STAMP,full)# the image's (Dockerfile): everything
 # DVC runs stage commands with this PATH: `python` in dvc.yaml is the project's.
 export PATH := $(abspath $(VENV))/bin:$(PATH)
 export SKILLEVO_CLAUDE := $(abspath $(CLAUDE_BIN))
 export DVC_NO_ANALYTICS := 1
 
-.PHONY: setup system-packages demo repro check apply revert evolve report push pull gc session-demo lint test test-full bench-session bench-cells bench-pipeline gate-study demo-seeds bench-economy gate-study-simulator plots modes clean
-setup: system-packages $(INSTALLED) $(CLAUDE_BIN)
+.PHONY: setup setup-test setup-full system-packages demo repro check apply revert evolve report push pull gc session-demo lint test test-full bench-session bench-cells bench-pipeline gate-study demo-seeds bench-economy gate-study-simulator plots modes clean
+setup: system-packages $(call STAMP,demo) $(CLAUDE_BIN)
+setup-test: system-packages $(call STAMP,test) $(CLAUDE_BIN)
+setup-full: system-packages $(call STAMP,full) $(CLAUDE_BIN)
 
 # bwrap, socat (the model relay and Claude's inner sandbox), git, and Debian's python3 with pytest (what
 # the demo tasks run inside the sandbox): installed with apt when we are root (CI, the image); otherwise
@@ -35,18 +45,21 @@ system-packages:
 	  fi; \
 	fi
 
-$(INSTALLED):
-	@case "$(abspath $(VENV))/" in "$(CURDIR)"/*) ;; *) if [ -x "$(PY)" ]; then \
+$(VENV)/.installed-$(PYPROJECT)-%:
+	@if [ -e "$(call STAMP,full)" ] || { [ "$*" = demo ] && [ -e "$(call STAMP,test)" ]; }; then \
+	  touch $@; exit 0; fi; \
+	case "$(abspath $(VENV))/" in "$(CURDIR)"/*) ;; *) if [ -x "$(PY)" ]; then \
 	  echo "$(VENV) is another checkout's environment, set up for a different pyproject.toml:"; \
-	  echo "run 'make setup' in that checkout (an editable install here would take it over)"; exit 1; fi;; esac
-	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[dev,ray]'
-	rm -f $(VENV)/.installed-*
+	  echo "run 'make setup' in that checkout (an editable install here would take it over)"; exit 1; fi;; esac; \
+	set -e; \
+	[ -x "$(PY)" ] || $(PYTHON) -m venv $(VENV); \
+	$(PY) -m pip install -q --upgrade pip; \
+	echo "pip install -e '.$(EXTRAS_$*)'"; $(PY) -m pip install -q -e '.$(EXTRAS_$*)'; \
+	find $(VENV) -maxdepth 1 -name '.installed-*' ! -name '.installed-$(PYPROJECT)-*' -delete; \
 	touch $@
 
 # The pinned CLI, project-local, by the package's own installer (`skillevo setup` for an installed package).
-$(CLAUDE_BIN): | $(INSTALLED)
+$(CLAUDE_BIN): | $(call STAMP,demo)
 	$(PY) -m skillevo.agent.install --prefix $(CLAUDE_PREFIX)
 	touch $@
 
@@ -112,7 +125,7 @@ session-demo: setup
 	$(PY) -m skillevo.simulator.demo
 
 # ruff's linter, configured in pyproject.toml to the code's own style (no `ruff format`).
-lint: setup
+lint: setup-test
 	$(PY) -m ruff check skillevo tests benchmarks
 
 # Two tiers (docs/testing.md): `test` is everything that needs no CLI, bubblewrap or Ray (minutes, in-process);
@@ -120,38 +133,38 @@ lint: setup
 # handed out in collection order (tests/conftest.py puts the generations first), not xdist's most-tests-first.
 FAST = not cli and not bwrap and not ray
 WORKERS ?= 2
-test: setup
+test: setup-test
 	$(PY) -m pytest -q -m "$(FAST)" $(PYTEST_ARGS)
 
-test-full: setup
+test-full: setup-full
 	$(PY) -m pytest -q -n $(WORKERS) --dist loadfile --no-loadscope-reorder $(PYTEST_ARGS)
 
-bench-session: setup
+bench-session: setup-test
 	$(PY) -m benchmarks.session_overhead
 
-bench-pipeline: setup
+bench-pipeline: setup-test
 	$(PY) -m benchmarks.pipeline_walls
 
 # The gate's error rates by simulation (docs/gate.md): DECISIONS per cell (default 2000); fails when a target is missed.
-gate-study: setup
+gate-study: setup-test
 	$(PY) -m benchmarks.gate_study --check $(if $(DECISIONS),--decisions $(DECISIONS))
 
 # How often the demo promotes its known-better candidate over simulator seeds (~5 min a seed).
 SEEDS ?= 20
-demo-seeds: setup
+demo-seeds: setup-test
 	$(PY) -m benchmarks.demo_seeds --seeds $(SEEDS)
 
 # A/A on the simulator's own noise with drift on: an identical candidate beside its control in MOMENTS benches,
 # decided interleaved and as the separate design would (~25 min); fails when the interleaved rate is over target.
-gate-study-simulator: setup
+gate-study-simulator: setup-test
 	$(PY) -m benchmarks.simulator_null --moments $(or $(MOMENTS),8) --pool $(or $(POOL),20) --resamples $(or $(RESAMPLES),1000)
 
 # Paid sessions per decision over a scripted 3-generation schedule: ours (cell store + sequential runs) against
 # re-running the incumbent every generation at equal power, and the seed's way for reference (~15 min a seed).
-bench-economy: setup
+bench-economy: setup-test
 	$(PY) -m benchmarks.economy --seeds $(or $(ECONOMY_SEEDS),3)
 
-bench-cells: setup
+bench-cells: setup-test
 	$(PY) -m benchmarks.bench_cells $(if $(EXECUTOR),--executor $(EXECUTOR)) $(if $(LATENCY),--latency $(LATENCY))
 
 clean:
