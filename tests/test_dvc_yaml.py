@@ -38,9 +38,9 @@ def test_a_stage_depends_on_its_code_through_its_identity_and_on_no_code_path(na
     in deps would name a file of this checkout that an installed skillevo does not have."""
     body = _stages()[name].get("do", _stages()[name])
     script = body["cmd"].split("python -m skillevo.stages.", 1)[1].split()[0]
-    assert body["deps"][0] == f".skillevo/identity/{script}.json"
+    assert body["deps"][0] == f"results/identity/{script}.json"
     assert not [d for d in body["deps"] if d.split("/")[0] in PACKAGES], name
-    assert f".skillevo/identity/{script}.json" in _identity_outs()
+    assert f"results/identity/{script}.json" in _identity_outs()
 
 
 def _identity_outs() -> set[str]:
@@ -50,7 +50,7 @@ def _identity_outs() -> set[str]:
 def test_the_identity_stage_writes_one_file_per_stage_and_always_runs():
     stage = _stages()["identity"]
     assert stage["always_changed"] is True
-    assert _identity_outs() == {f".skillevo/identity/{name}.json" for name in stage_names()}
+    assert _identity_outs() == {f"results/identity/{name}.json" for name in stage_names()}
     assert all(out[next(iter(out))] == {"cache": False} for out in stage["outs"])  # rebuilt, never pulled
 
 
@@ -96,7 +96,7 @@ def test_every_path_the_stage_reads_or_writes_is_in_its_command(name):
     body = stage.get("do", stage)
     words = body["cmd"].split()
     for dep in body.get("deps", []):
-        if not dep.startswith(("${item.", ".skillevo/identity/")):  # the identity stands for the code: not read
+        if not dep.startswith(("${item.", "results/identity/")):  # the identity stands for the code: not read
             assert _covered(dep, words), f"{name}: reads {dep}, which its cmd does not name"
     for out in body.get("outs", []) + body.get("metrics", []) + body.get("plots", []):
         path = out if isinstance(out, str) else next(iter(out))

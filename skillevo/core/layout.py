@@ -27,6 +27,7 @@ FREEZE = RESULTS / "freeze"
 FROZEN_OVERLAY = FREEZE / "overlay"
 FREEZE_MANIFEST = FREEZE / "manifest.json"
 PREFLIGHT = RESULTS / "preflight.json"
+IDENTITY = RESULTS / "identity"  # each stage's code identity (skillevo/stages/identity.py), uncached
 GATE = RESULTS / "gate"
 PROMOTION = GATE / "promotion.json"
 APPLY_RECEIPT = RESULTS / "apply" / "receipt.json"

@@ -1,6 +1,6 @@
 """Stage `identity`: write each stage's harness identity, the file dvc.yaml makes that stage depend on.
 
-    python -m skillevo.stages.identity --out .skillevo/identity
+    python -m skillevo.stages.identity --out results/identity
 
 One small JSON file per stage: the skillevo version and a digest of exactly the code the stage runs (its script's
 import closure and the data files those modules load: skillevo.bench.harness). DVC runs this stage every time
@@ -15,15 +15,13 @@ import sys
 from pathlib import Path
 
 from skillevo.bench import harness
-from skillevo.core import documents, safefs, stage
-
-OUT = Path(".skillevo/identity")
+from skillevo.core import documents, layout, safefs, stage
 
 
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m skillevo.stages.identity", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--out", type=Path, default=OUT, help="[%(default)s]")
+    p.add_argument("--out", type=Path, default=layout.IDENTITY, help="[%(default)s]")
     return p
 
 
