@@ -3,9 +3,9 @@ mode-000 files regardless) owns what its sandboxed agent wrote, and the kernel r
 agent left without r-x. Here the cells run, through the real CLI and bwrap, in a child that has dropped to the
 `nobody` uid: CI runs as root, so this is the only place the modes bite.
 
-A checkout may sit where `nobody` cannot go (under /root, say): the child sees it through a bind mount at a
+A checkout may sit where `nobody` cannot go (under /root, say): then the child sees it through a bind mount at a
 directory of its own, in a mount namespace private to it (`unshare --mount`), so nothing else on the machine
-sees the mount and it ends with the child."""
+sees the mount and it ends with the child; where `nobody` can reach it, no mount is made."""
 
 from __future__ import annotations
 
@@ -47,22 +47,33 @@ def _seen_from(repo: Path, path: str) -> str:
         return path
 
 
+def _reachable_as_nobody() -> bool:
+    """Whether `nobody` can run this venv's python and read the checkout as it is (no bind mount needed)."""
+    probe = ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups", "sh", "-c",
+             'test -x "$1" && test -r "$2"', "sh", sys.executable, str(ROOT / "skillevo/__init__.py")]
+    return subprocess.run(probe, capture_output=True).returncode == 0
+
+
 def test_cells_an_agent_left_unreadable_are_measured_and_removed_by_a_harness_that_is_not_root():
     base = Path(tempfile.mkdtemp(prefix="skillevo-nonroot-"))  # pytest's tmp is private to root
     os.chown(base, NOBODY, NOBODY)
     repo = base / "repo"
     repo.mkdir(mode=0o755)
+    direct = _reachable_as_nobody()
+    seen = (lambda path: path) if direct else (lambda path: _seen_from(repo, path))
     env = {"PATH": os.environ["PATH"], "PYTHONDONTWRITEBYTECODE": "1", "TMPDIR": str(base), "HOME": str(base),
-           "SKILLEVO_CLAUDE": _seen_from(repo, os.environ["SKILLEVO_CLAUDE"])}
+           "SKILLEVO_CLAUDE": seen(os.environ["SKILLEVO_CLAUDE"])}
+    cells = [seen(sys.executable), "-c", SCRIPT, seen(str(ROOT)), str(base / "run"), "honest", "locked",
+             "reportlocked", "deeplocked", "readonly"]
+    argv = (["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups", *cells] if direct else
+            ["unshare", "--mount", "--propagation", "private", "sh", "-c", AS_NOBODY, "sh", str(ROOT), str(repo),
+             *cells])
     try:
-        done = subprocess.run(["unshare", "--mount", "--propagation", "private", "sh", "-c", AS_NOBODY, "sh",
-                               str(ROOT), str(repo), _seen_from(repo, sys.executable), "-c", SCRIPT, str(repo),
-                               str(base / "run"), "honest", "locked", "reportlocked", "deeplocked", "readonly"],
-                              capture_output=True, text=True, timeout=600, env=env)
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=600, env=env)
         assert done.returncode == 0, done.stderr[-3000:]
         rows = json.loads(done.stdout.splitlines()[-1])
     finally:
-        repo.rmdir()  # the mount ended with the child's namespace; rmdir refuses a directory that is not empty
+        repo.rmdir()  # any mount ended with the child's namespace; rmdir refuses a directory that is not empty
         safefs.remove_tree(base)
     honest = rows["honest"]
     assert honest["resolved"] is True and honest["error_kind"] is None, honest["error_detail"]
