@@ -95,3 +95,18 @@ def test_an_unknown_command_is_refused_with_the_list(installed, tmp_path):
     done = subprocess.run([str(python.parent / "skillevo"), "aply"], cwd=tmp_path, capture_output=True, text=True,
                           timeout=60)
     assert done.returncode == 2 and "unknown command 'aply'" in done.stderr and "revert" in done.stderr
+
+
+@pytest.mark.bwrap
+def test_the_installed_package_runs_a_sandbox(installed, tmp_path):
+    """The launcher every sandbox starts with ships as package data, whose execute bit an install need not keep:
+    it is run by bash, so a sandbox works from the wheel."""
+    _, python = installed
+    probe = ("import sys\nfrom pathlib import Path\nfrom skillevo import sandbox\n"
+             "ws = Path(sys.argv[1]); ws.mkdir()\n"
+             "done = sandbox.run(sandbox.SandboxSpec(workspace=ws, private=Path(sys.argv[2]), env=sandbox.base_env()),"
+             " ['/bin/echo', 'contained'], timeout_s=60)\n"
+             "print(done.state, done.returncode, done.stdout.decode().strip(), done.stderr_tail.decode().strip())")
+    done = _run(python, "-c", probe, str(tmp_path / "ws"), str(tmp_path / "private"), cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["exited", "0", "contained"], done.stdout

@@ -127,4 +127,4 @@ def command(spec: SandboxSpec, argv: list[str], status_fd: int | None = None,
         args += ["--json-status-fd", str(status_fd)]
     args += ["--chdir", WORKDIR, "--"]
     prefix = spec.limits.prlimit() if spec.limits is not None else []
-    return prefix + args + [LAUNCHER_DST, *argv]
+    return prefix + args + ["/bin/bash", LAUNCHER_DST, *argv]  # by bash: an installed copy may lack its x bit
