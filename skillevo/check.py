@@ -35,14 +35,15 @@ def _each(problems: list[str], check: Callable[[], object]) -> object | None:
         return None
 
 
-def configuration(params_file: Path, tasks_file: Path, modes_file: Path, repo: Path,
-                  skills: str | None = None) -> tuple[list[str], Params | None, list[Task]]:
+def configuration(params_file: Path, tasks_file: Path, modes_file: Path, repo: Path | None = None
+                  ) -> tuple[list[str], Params | None, list[Task]]:
     """The problems (one line each) of everything a bench reads but the tasks' code; with the parsed params and
-    tasks when they parse."""
+    tasks when they parse. `repo`: the git repository the skills paths are relative to [params skills.root]."""
     problems: list[str] = []
-    params = _each(problems, lambda: config.load(params_file, **({"skills": skills} if skills else {})))
+    params = _each(problems, lambda: config.load(params_file))
     if not isinstance(params, Params):
         return problems, None, []
+    repo = Path(params.skills.root) if repo is None else repo
     skills_dir = repo / params.skills.skills
     _each(problems, lambda: sideplan.plan("incumbent", tasks_file, skills_dir, None, params, modes=modes_file))
     family: dict[str, bytes] = {}

@@ -81,6 +81,9 @@ def _covered(path: str, words: list[str]) -> bool:
     """`path` is named by the command: itself, a template that contains it (`${skills.paths}` names
     `${skills.paths.skills}`), or the directory of a file the command names or something inside it (the tasks
     file's oracles, targets and playbooks)."""
+    root = "${skills.root}/"
+    if path.startswith(root) and path not in words and "${skills.root}" in " ".join(words):
+        path = path.removeprefix(root)  # the family below the repository's root, named as --repo and ${skills.paths}
     for word in words:
         parent = word.rsplit("/", 1)[0] if "/" in word else None
         if path == word or path.startswith(word.rstrip("}") + ".") or path.startswith(word.rstrip("/") + "/"):

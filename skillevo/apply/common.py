@@ -64,7 +64,8 @@ class ApplyPaths:
     freeze: Path = layout.FREEZE
     incumbent_bench: Path = layout.BENCH["incumbent"]
     params: Path = layout.PARAMS
-    repo: Path = Path(".")
+    repo: Path = Path(".")  # the git repository whose skills are rewritten (params skills.root)
+    pipeline: Path | None = None  # the folder of dvc.yaml and dvc.lock, which every input is checked against [repo]
     receipt: Path = layout.APPLY_RECEIPT
     candidate_bench: Path = layout.BENCH["candidate"]
     tasks: Path = layout.TASKS_FILE

@@ -58,7 +58,8 @@ def load_inputs(paths: ApplyPaths, now: datetime, load_params: Callable[[], Para
     _require(manifest_path, "the freeze manifest")
     _require(bench_path, "the incumbent bench provenance")
     _require(paths.candidate_bench / "bench.json", "the candidate bench provenance")
-    anchor.check(paths.repo, [paths.promotion, paths.freeze, paths.incumbent_bench, paths.candidate_bench])
+    anchor.check(paths.pipeline or paths.repo,
+                 [paths.promotion, paths.freeze, paths.incumbent_bench, paths.candidate_bench])
 
     promotion_bytes = safefs.read_file(paths.promotion, max_bytes=documents.MAX_JSON_BYTES, what="promotion")
     promotion = documents.parse_json(promotion_bytes, str(paths.promotion))

@@ -47,6 +47,7 @@ class SkillsParams:
     skills: str  # the canonical directory, repo-relative
     mirrors: tuple[str, ...]
     frontmatter_keys: frozenset[str] = frozenset()  # allowed beyond the specification's (skillevo.core.frontmatter)
+    root: str = "."  # the git repository's root, relative to the pipeline's folder: skills and mirrors are below it
 
     @property
     def roots(self) -> tuple[str, ...]:
@@ -284,7 +285,7 @@ def parse(doc: Any, source: str = "params.yaml", *, today: date | None = None) -
         source=source,
         model=_typed(ModelParams, filled["model"]),
         skills=SkillsParams(tuple(skills["evolvable"]), skills["paths"]["skills"], tuple(skills["paths"]["mirrors"]),
-                            frozenset(skills["frontmatter_keys"])),
+                            frozenset(skills["frontmatter_keys"]), skills["root"]),
         tasks=_typed(TasksParams, filled["tasks"]),
         evidence=_typed(EvidenceParams, filled["evidence"]),
         propose=_typed(ProposeParams, filled["propose"]),

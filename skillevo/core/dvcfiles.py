@@ -14,13 +14,21 @@ from skillevo.core.errors import BadInput
 LOCK = "dvc.lock"
 
 
+def dvc_root(start: Path) -> Path:
+    """The DVC project `start` is in: the nearest directory at or above it holding .dvc/ (a pipeline may live in a
+    folder of the repository, its dvc.yaml and dvc.lock there, .dvc/ at the top)."""
+    for candidate in (start, *Path(start).resolve().parents):
+        if (Path(candidate) / ".dvc").is_dir():
+            return Path(candidate)
+    raise FileNotFoundError(f"{start}: not in a DVC project (no .dvc/ here or above)")
+
+
 def cache_dir(repo: Path) -> Path:
-    """The cache directory DVC uses for the project at `repo`."""
-    if not (repo / ".dvc").is_dir():
-        raise FileNotFoundError(f"{repo}: not a DVC project (no .dvc/)")
+    """The cache directory DVC uses for the project `repo` is in."""
+    root = dvc_root(repo)
     from dvc.repo import Repo  # DVC's import costs about a second: only the stages that read its cache pay it
 
-    with Repo(str(repo), uninitialized=True) as project:  # uninitialized: no git needed to say where the cache is
+    with Repo(str(root), uninitialized=True) as project:  # uninitialized: no git needed to say where the cache is
         return Path(project.cache.local_cache_dir)
 
 

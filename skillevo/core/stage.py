@@ -66,9 +66,14 @@ def load_params(name: str, args: argparse.Namespace) -> Params:
     return params
 
 
+def repo_dir(args: argparse.Namespace, params: Params) -> Path:
+    """The git repository the family's paths are relative to: --repo, else params skills.root."""
+    return Path(args.repo) if getattr(args, "repo", None) is not None else Path(params.skills.root)
+
+
 def skills_dir(args: argparse.Namespace, params: Params) -> Path:
-    """Where a stage reads the family from: --skills, else params skills.paths.skills."""
-    return Path(args.skills or params.skills.skills)
+    """Where a stage reads the family from: --skills (as given), else params skills.paths.skills below skills.root."""
+    return Path(args.skills) if args.skills else Path(params.skills.root) / params.skills.skills
 
 
 def report(name: str, error: SkillevoError) -> int:

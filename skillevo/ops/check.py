@@ -23,8 +23,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--params", type=Path, default=layout.PARAMS, help="[%(default)s]")
     p.add_argument("--tasks", type=Path, default=layout.TASKS_FILE, help="[%(default)s]")
     p.add_argument("--modes", type=Path, default=layout.MODES, help="[%(default)s]")
-    p.add_argument("--repo", type=Path, default=Path("."),
-                   help="the git repository the skills paths are relative to [%(default)s]")
+    p.add_argument("--repo", type=Path, default=None,
+                   help="the git repository the skills paths are relative to [params skills.root]")
     p.add_argument("--no-tasks", action="store_true", help="skip the sandboxed runs of each task")
     return p
 

@@ -28,7 +28,8 @@ OPTIONS = (("--promotion", layout.PROMOTION, "the gate's promotion.json"),
            ("--candidate-bench", layout.BENCH["candidate"], "candidate bench side directory"),
            ("--tasks", layout.TASKS_FILE, "tasks file the bench ran (its oracles and targets beside it)"),
            ("--params", layout.PARAMS, "params file"),
-           ("--repo", Path("."), "repository root every destination path is relative to"),
+           ("--repo", None, "repository root every destination path is relative to [params skills.root]"),
+           ("--pipeline", None, "the folder holding dvc.yaml and dvc.lock [--repo]"),
            ("--receipt", layout.APPLY_RECEIPT, "receipt to write (or read with --revert)"))
 
 
@@ -36,7 +37,7 @@ def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m skillevo.stages.apply", description=__doc__, epilog=EPILOG,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     for flag, default, text in OPTIONS:
-        p.add_argument(flag, type=Path, default=default, help=f"{text} [%(default)s]")
+        p.add_argument(flag, type=Path, default=default, help=f"{text}" + ("" if default is None else " [%(default)s]"))
     stage.family_options(p)
     p.add_argument("--revert", action="store_true", help="restore the pre-apply bytes from the receipt")
     p.add_argument("--now", help="ISO-8601 time with offset to validate against (tests) [the clock]")
@@ -50,6 +51,8 @@ def run(args: argparse.Namespace, fault: Fault | None = None) -> str:
         raise BadInput(f"--now {args.now!r}: {e}") from None
     if now.utcoffset() is None:
         raise BadInput(f"--now {args.now!r} needs a UTC offset")
+    if args.repo is None:
+        args.repo = stage.repo_dir(args, stage.load_params("apply", args))
     paths = ApplyPaths(**{f.name: getattr(args, f.name) for f in fields(ApplyPaths)})  # one option per field
     log = functools.partial(print, file=sys.stderr, flush=True)
     if args.revert:

@@ -34,15 +34,15 @@ def parser() -> argparse.ArgumentParser:
                    help="what the last generations handed on: its rejected.json lists the candidates rejected before "
                         "(missing = none yet) [%(default)s]")
     stage.family_options(p)
-    p.add_argument("--repo", type=Path, default=Path("."), help="repository holding the skills [%(default)s]")
+    p.add_argument("--repo", type=Path, default=None, help="repository holding the skills [params skills.root]")
     p.add_argument("--out", type=Path, default=layout.FREEZE, help="[%(default)s]")
     return p
 
 
 def run(args: argparse.Namespace) -> str:
     params = stage.load_params("freeze", args)
-    manifest = freeze(args.overlay, params=params, tasks_file=args.tasks, repo=args.repo, out=args.out,
-                      session=None if args.hand_written else args.session,
+    manifest = freeze(args.overlay, params=params, tasks_file=args.tasks, repo=stage.repo_dir(args, params),
+                      out=args.out, session=None if args.hand_written else args.session,
                       rejected=args.previous / memory.REJECTED_FILE)
     return (f"freeze: overlay {manifest['overlay_digest'][:12]} ({len(manifest['files'])} file(s), "
             f"{manifest['changed_lines']} changed lines) -> {', '.join(manifest['required_candidate_arms'])}")
