@@ -1,5 +1,6 @@
 """The `skillevo` command: what a team runs in its own repository, one subcommand per job.
 
+    skillevo init [DIR]            write the pipeline into DIR (default evolve/) of this git repository
     skillevo setup                 install the pinned Claude Code CLI (~/.local/share/skillevo)
     skillevo check                 what can be known wrong before anything is paid, one line per problem
     skillevo apply | revert        write the promoted skills into the repository, or undo that
@@ -19,10 +20,12 @@ from importlib.metadata import PackageNotFoundError, version
 
 # name -> (module whose main(argv) runs it, arguments put before the user's, one line of help)
 COMMANDS: dict[str, tuple[str, tuple[str, ...], str]] = {
+    "init": ("skillevo.ops.init", (), "write the pipeline into a folder of this repository"),
     "setup": ("skillevo.agent.install", (), "install the pinned Claude Code CLI"),
     "check": ("skillevo.ops.check", (), "everything that can be known wrong before any money is spent"),
-    "apply": ("skillevo.stages.apply", (), "write the promoted skill files, transactionally, for review"),
-    "revert": ("skillevo.stages.apply", ("--revert",), "undo the last apply"),
+    # run in the pipeline's folder: dvc.lock is here, the skills below params skills.root
+    "apply": ("skillevo.stages.apply", ("--pipeline", "."), "write the promoted skills, transactionally, for review"),
+    "revert": ("skillevo.stages.apply", ("--pipeline", ".", "--revert"), "undo the last apply"),
     "status": ("skillevo.ops.generations", ("status",), "the current generation's decision"),
     "report": ("skillevo.ops.generations", ("report",), "the decision, then every archived generation"),
     "evolve": ("skillevo.ops.generations", ("evolve",), "run generations until one promotes"),

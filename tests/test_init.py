@@ -1,0 +1,87 @@
+"""`skillevo init` sets a team's own repository up: the pipeline (the very dvc.yaml this repository's demo runs) in a
+folder of its choosing, its skills and mirrors relative to its git root, never anything overwritten or outside."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from skillevo.ops import check as check_cmd
+from skillevo.ops import init as init_cmd
+
+ROOT = Path(__file__).resolve().parents[1]
+GIT = ["git", "-c", "user.name=t", "-c", "user.email=t@t"]
+
+
+def _repo(root: Path) -> Path:
+    """A team's repository: a small package with a bug and its test, two skills of its own, one with a script."""
+    skills = root / ".claude/skills"
+    for name, body in (("alpha", "- Read the module first.\n"), ("beta", "- Run scripts/check.sh.\n")):
+        (skills / name).mkdir(parents=True)
+        (skills / name / "SKILL.md").write_text(f"---\nname: {name}\ndescription: The {name} skill. Use it for "
+                                                f"{name} work.\n---\n\n# {name}\n\n{body}")
+    (skills / "beta/scripts").mkdir()
+    (skills / "beta/scripts/check.sh").write_text("#!/bin/sh\necho ok\n")
+    (skills / "beta/scripts/check.sh").chmod(0o755)
+    (root / "pkg").mkdir()
+    (root / "pkg/__init__.py").write_text("def add(a, b):\n    return a - b\n")
+    subprocess.run(["git", "init", "-q", str(root)], check=True)
+    subprocess.run([*GIT, "-C", str(root), "add", "-A"], check=True)
+    subprocess.run([*GIT, "-C", str(root), "commit", "-qm", "a team's repository"], check=True)
+    return root
+
+
+def test_the_demo_runs_the_pipeline_init_writes():
+    assert (ROOT / "dvc.yaml").read_bytes() == (ROOT / "skillevo/template/dvc.yaml").read_bytes()
+
+
+def test_init_writes_a_pipeline_in_a_folder_that_check_and_dvc_read(tmp_path, monkeypatch, capsys):
+    repo = _repo(tmp_path / "team")
+    assert init_cmd.main([str(repo / "evolve")]) == 0
+    folder = repo / "evolve"
+    params = yaml.safe_load((folder / "params.yaml").read_text())
+    assert params["skills"]["root"] == ".." and params["skills"]["paths"] == {"skills": ".claude/skills",
+                                                                               "mirrors": []}
+    assert params["skills"]["evolvable"] == ["alpha", "beta"]
+    assert (folder / "dvc.yaml").read_bytes() == (ROOT / "dvc.yaml").read_bytes()
+    assert yaml.safe_load((folder / "skill-modes.json").read_text())["executable"] == ["beta/scripts/check.sh"]
+    assert (repo / ".dvc").is_dir() and ".skillevo/" in (repo / ".dvcignore").read_text()
+    subprocess.run([*GIT, "-C", str(repo), "add", "-A"], check=True)
+    subprocess.run([*GIT, "-C", str(repo), "commit", "-qm", "skillevo init"], check=True)
+    monkeypatch.chdir(folder)
+    assert check_cmd.main(["--no-tasks"]) == 2  # one example task cannot promote anything: said, before paying
+    err = [line for line in capsys.readouterr().err.splitlines() if "(rule: " in line and "refused" not in line]
+    assert err and all("(rule: a promotion is possible)" in line for line in err), err
+    dvc = [sys.executable, "-m", "dvc"]
+    dag = subprocess.run([*dvc, "dag", "--md"], cwd=folder, capture_output=True, text=True)
+    assert dag.returncode == 0 and "bench@incumbent" in dag.stdout, dag.stderr  # ${skills.root} resolves
+    status = subprocess.run([*dvc, "status", "bench@incumbent"], cwd=folder, capture_output=True, text=True)
+    assert status.returncode == 0 and "../.claude/skills" in status.stdout, status.stdout + status.stderr
+
+
+@pytest.mark.parametrize("args, rule", [
+    (["--skills", "../elsewhere"], "paths inside the repository"),
+    (["--skills", "docs"], "an existing family"),
+    (["--mirrors", "/abs/skills"], "paths inside the repository"),
+])
+def test_init_refuses_paths_it_cannot_own(tmp_path, capsys, args, rule):
+    repo = _repo(tmp_path / "team")
+    assert init_cmd.main([str(repo / "evolve"), *args]) == 2
+    assert f"(rule: {rule})" in capsys.readouterr().err
+    assert not (repo / "evolve/dvc.yaml").exists()
+
+
+def test_init_never_overwrites_and_needs_git(tmp_path, capsys):
+    repo = _repo(tmp_path / "team")
+    assert init_cmd.main([str(repo / "evolve")]) == 0
+    before = (repo / "evolve/params.yaml").read_bytes()
+    assert init_cmd.main([str(repo / "evolve")]) == 2
+    assert "init never overwrites (rule: nothing lost)" in capsys.readouterr().err
+    assert (repo / "evolve/params.yaml").read_bytes() == before
+    (tmp_path / "plain").mkdir()
+    assert init_cmd.main([str(tmp_path / "plain")]) == 2
+    assert "not inside a git repository" in capsys.readouterr().err
