@@ -85,3 +85,19 @@ def test_init_never_overwrites_and_needs_git(tmp_path, capsys):
     (tmp_path / "plain").mkdir()
     assert init_cmd.main([str(tmp_path / "plain")]) == 2
     assert "not inside a git repository" in capsys.readouterr().err
+
+
+def test_the_params_init_writes_hold_every_key_dvc_yaml_names(tmp_path):
+    """DVC reads the keys a stage lists from params.yaml itself (it knows nothing of the schema's defaults): a key
+    left to its default stops `dvc repro` before the first stage."""
+    repo = _repo(tmp_path / "team")
+    assert init_cmd.main([str(repo / "evolve")]) == 0
+    params = yaml.safe_load((repo / "evolve/params.yaml").read_text())
+    named = set()
+    for body in yaml.safe_load((repo / "evolve/dvc.yaml").read_text())["stages"].values():
+        named |= {key for key in body.get("do", body).get("params", []) if isinstance(key, str)}
+    for key in sorted(named):
+        node = params
+        for part in key.split("."):
+            assert isinstance(node, dict) and part in node, key
+            node = node[part]

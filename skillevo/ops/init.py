@@ -22,8 +22,9 @@ from pathlib import Path
 
 import yaml
 
-from skillevo.core import layout, modes, safefs, stage
+from skillevo.core import config, layout, modes, safefs, stage
 from skillevo.core.errors import BadInput, BrokenEnvironment
+from skillevo.core.schemas import fill_defaults, load_schema
 
 TEMPLATE = Path(__file__).resolve().parents[1] / "template"
 EXAMPLE_ORACLE = '''"""The hidden check of the example task: replace it with tests that pass only once the task is done.
@@ -57,16 +58,17 @@ def _inside(root: Path, rel: str, what: str) -> str:
 
 
 def params_doc(root_rel: str, skills: str, mirrors: list[str], evolvable: list[str]) -> dict:
-    """The params a new pipeline starts from: everything else takes the schema's defaults."""
+    """The params a new pipeline starts from, every key written out (DVC reads the keys dvc.yaml names from the
+    file itself, and knows nothing of the schema's defaults)."""
     prompt = "{prompt}\nRun the verification in the foreground before you finish."
-    return {
+    return fill_defaults({
         "model": {"backend": "simulator", "name": "claude-sonnet-4-6", "base_url": None, "effort": None},
         "skills": {"evolvable": evolvable, "root": root_rel, "paths": {"skills": skills, "mirrors": mirrors},
                    "frontmatter_keys": []},
         "tasks": {"target_roots": [root_rel], "gate": [], "evidence": [], "shared": False},
         "arms": {"auto": {"sessions": [{"skill": "auto", "prompt": prompt}]},
                  "baseline": {"sessions": [{"skill": "none", "prompt": prompt}]}},
-    }
+    }, load_schema(config.SCHEMA))
 
 
 def _example_tasks(tasks_to_root: str) -> dict:
