@@ -36,7 +36,8 @@ def _repo(root: Path) -> Path:
 
 
 def test_the_demo_runs_the_pipeline_init_writes():
-    assert (ROOT / "dvc.yaml").read_bytes() == (ROOT / "skillevo/template/dvc.yaml").read_bytes()
+    assert (ROOT / "dvc.yaml").read_bytes() == (ROOT / "skillevo/template/pipeline.yaml").read_bytes()
+    assert not list((ROOT / "skillevo").rglob("dvc.yaml"))  # DVC would collect it as a second pipeline here
 
 
 def test_init_writes_a_pipeline_in_a_folder_that_check_and_dvc_read(tmp_path, monkeypatch, capsys):

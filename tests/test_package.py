@@ -24,7 +24,7 @@ ROOT = Path(__file__).resolve().parents[1]
 SHIPPED = ("skillevo/schemas/params.schema.json", "skillevo/schemas/promotion.schema.json",
            "skillevo/prompts/propose.md", "skillevo/sandbox/launch.sh", "skillevo/bench/pyboot/sitecustomize.py",
            "skillevo/bench/pyboot/pytest.ini", "skillevo/stages/bench.py", "skillevo/commands.py",
-           "skillevo/template/dvc.yaml")
+           "skillevo/template/pipeline.yaml")
 
 
 @pytest.fixture(scope="module")

@@ -26,7 +26,7 @@ from skillevo.core import config, layout, modes, safefs, stage
 from skillevo.core.errors import BadInput, BrokenEnvironment
 from skillevo.core.schemas import fill_defaults, load_schema
 
-TEMPLATE = Path(__file__).resolve().parents[1] / "template"
+TEMPLATE = Path(__file__).resolve().parents[1] / "template"  # pipeline.yaml: DVC collects any file named dvc.yaml
 EXAMPLE_ORACLE = '''"""The hidden check of the example task: replace it with tests that pass only once the task is done.
 
 The agent never sees this file; verify (in tasks.yaml) is the check it may run.
@@ -109,7 +109,7 @@ def init(folder: Path, skills: str | None, mirrors: list[str]) -> list[Path]:
         raise BadInput(f"{family_dir}: holds no <skill>/SKILL.md (rule: an existing family)")
     root_rel = os.path.relpath(root.resolve(), folder) if folder != root.resolve() else "."
     files = {
-        folder / "dvc.yaml": (TEMPLATE / "dvc.yaml").read_bytes(),
+        folder / "dvc.yaml": (TEMPLATE / "pipeline.yaml").read_bytes(),
         folder / "params.yaml": (b"# skillevo params (schema: skillevo/schemas/params.schema.json; docs/formats.md)\n"
                                  + yaml.safe_dump(params_doc(root_rel, skills, mirrors, names), sort_keys=False)
                                  .encode()),
