@@ -157,10 +157,19 @@ class Cluster:
     temp_dir: str
 
 
+# Ray's fixed defaults (ray_constants: GCS, dashboard, dashboard agent; Ray Client's server)
+RAY_DEFAULT_PORTS = {6379, 8265, 52365, 10001}
+
+
 def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A free loopback port that is none of Ray's fixed defaults: the kernel hands out 52365 (the dashboard
+    agent's default, inside the ephemeral range) now and then, and Ray refuses a GCS port equal to it (CI)."""
+    while True:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        if port not in RAY_DEFAULT_PORTS:
+            return port
 
 
 def _die_with_this_process() -> None:
