@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import shutil
+import subprocess
+
 import pytest
 
 from skillevo.bench.checks import (
     NO_REPORT,
+    PYBOOT,
     Oracle,
     interpreter_env,
     oracle_env,
@@ -46,7 +50,7 @@ def test_only_constant_words_leave_the_oracle():
     assert {Oracle(o).detail for o in ("passed", "failed", "error")} == {"", "the hidden oracle failed", NO_REPORT}
 
 
-def test_the_check_environment_keeps_the_workspace_behind_site_packages():
+def test_the_check_environment_hardens_the_interpreter():
     env = interpreter_env()
     assert env["PYTHONSAFEPATH"] == "1" and env["PYTHONNOUSERSITE"] == "1"
     assert env["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] == "1" and env["SKILLEVO_CODE_DIR"] == "/work"
@@ -54,3 +58,28 @@ def test_the_check_environment_keeps_the_workspace_behind_site_packages():
     for option in ("-c /opt/skillevo/pyboot/pytest.ini", "--rootdir=/oracle", "--confcutdir=/oracle",
                    "--junitxml=/run/skillevo-report/oracle.xml"):
         assert option in addopts
+
+
+def test_the_code_under_test_is_the_workspace_s_even_where_the_machine_has_it_installed(tmp_path):
+    """A team's library that the machine also has installed (Debian ships six, yaml, requests...) is tested as the
+    workspace holds it; the runner and the standard library never are the workspace's (found in CI: six 1.17.0's
+    own tests passed against Debian's six with the bug in the workspace). The interpreter the checks run."""
+    python = shutil.which("python3", path="/usr/bin:/bin")
+    ws, installed = tmp_path / "ws", tmp_path / "site"
+    for root, label in ((ws, "workspace"), (installed, "installed")):
+        (root / "teamlib").mkdir(parents=True)
+        (root / "teamlib/__init__.py").write_text(f"WHO = {label!r}\n")
+        (root / "teamlib/sub.py").write_text(f"WHO = {label!r}\n")
+    (ws / "pytest.py").write_text("raise SystemExit('the workspace stood in for the runner')\n")
+    (ws / "json.py").write_text("raise SystemExit('the workspace stood in for the standard library')\n")
+    (ws / "docs").mkdir()  # a directory without __init__.py stays a namespace portion
+    code = ("import teamlib, teamlib.sub, pytest, json, docs; "
+            "print(teamlib.WHO, teamlib.sub.WHO, pytest.__file__.startswith('/usr'), json.__file__.startswith('/usr'))")
+    env = {**interpreter_env(), "PYTHONPATH": f"{PYBOOT}:{installed}", "SKILLEVO_CODE_DIR": str(ws), "PATH": "/usr/bin"}
+    done = subprocess.run([python, "-c", code], cwd=ws, env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["workspace", "workspace", "True", "True"]
+    env["SKILLEVO_CODE_DIR"] = str(tmp_path / "elsewhere")  # not the workspace: sys.path decides as usual
+    done = subprocess.run([python, "-c", "import teamlib; print(teamlib.WHO)"], cwd=ws, env=env, capture_output=True,
+                          text=True, timeout=60)
+    assert done.stdout.split() == ["installed"], done.stderr

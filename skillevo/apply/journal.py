@@ -103,7 +103,8 @@ def record(swaps: list[Swap], dirs: list[MadeDir], *, kind: str, tx: str, repo: 
         "files": files,
         "dirs": [{"path": d.path, "temp": d.rel(d.temp), "ino": d.ino, "state": d.state} for d in dirs],
         "instructions": (
-            "Rerun the same command (`make apply`, `make revert` or `python -m skillevo.stages.apply [--revert]`): it "
+            "Rerun the same command (`skillevo apply`, `skillevo revert`, `make apply`, `make revert` or "
+            "`python -m skillevo.stages.apply [--revert]`): it "
             "restores every original listed here before doing anything else, and removes every file and "
             "directory the transaction created. By hand: paths are relative to `repo`; a destination holding "
             "new_sha256 has its original under `staged` beside it, and original_copy always holds the original "

@@ -45,8 +45,8 @@ class Outcome:
         if deleted:
             lines += [f"     deleted: {' '.join(deleted)} (if the apply was committed, stage that too: git rm "
                       f"--cached --ignore-unmatch -- {' '.join(deleted)})"]
-        lines += ["apply never commits or pushes." + ("  To undo this apply: make revert" if self.action == "applied"
-                                                      else "")]
+        undo = "  To undo this apply: skillevo revert (make revert)" if self.action == "applied" else ""
+        lines += ["apply never commits or pushes." + undo]
         return "\n".join(lines)
 
 

@@ -27,7 +27,7 @@ from skillevo.bench.cell import CellResult, CellSpec
 from skillevo.bench.executor import Executor, LocalExecutor
 from skillevo.bench.report import write_report
 from skillevo.bench.sideplan import SidePlan, build_cells
-from skillevo.core import documents, models, safefs, sampling
+from skillevo.core import documents, layout, models, safefs, sampling
 from skillevo.core.config import BenchParams, Params
 from skillevo.core.digests import canonical_json, framed_digest, sha256_json
 from skillevo.core.errors import BadInput, BrokenEnvironment, Interrupted
@@ -37,7 +37,7 @@ from skillevo.core.results import (
     served_models,
 )
 from skillevo.core.schemas import validate
-from skillevo.simulator import Simulator, load_dir
+from skillevo.simulator import Playbook, Simulator, generic, load_dir
 from skillevo.simulator.noise import Noise
 
 
@@ -169,6 +169,13 @@ def _publish(staging: Path, out: Path, partial: bool) -> None:
     safefs.fsync_dir(out.parent)
 
 
+def _solved(p: SidePlan, book: Playbook) -> tuple[generic.SolvedTask, ...]:
+    """The side's tasks that no playbook task plays and that have a solution: the generic simulated agent's."""
+    names = frozenset(layout.skill_names_in(p.family))
+    return tuple(generic.solved(t, names) for t in p.tasks
+                 if t.solution is not None and book.task_for(t.prompt) is None)
+
+
 def store_context(params: Params, p: SidePlan, noise: Noise | None) -> cellstore.Context:
     """What every cell key of this side shares (skillevo.bench.cellstore)."""
     simulated = None
@@ -249,8 +256,9 @@ def run_side(p: SidePlan, params: Params, out: Path, *, executor: Executor | Non
         sim_url, noise = None, None
         if params.model.simulated:
             noise = Noise.from_params(params.simulator, params.sampling.replicate)
-            sim_url = stack.enter_context(Simulator(load_dir(p.tasks_file.parent / "playbooks"), noise=noise,
-                                                    max_retries=params.bench.max_retries)).url()
+            book = load_dir(p.tasks_file.parent / "playbooks")
+            sim_url = stack.enter_context(Simulator(book, noise=noise, max_retries=params.bench.max_retries,
+                                                    solved=_solved(p, book))).url()
         mdl, credential = models.resolve(params.model, sim_url)
         models.check_reachable(mdl)
         runner = executor or _executor(params, credential)

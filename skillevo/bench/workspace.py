@@ -18,7 +18,7 @@ from collections.abc import Collection, Mapping
 from pathlib import Path
 
 from skillevo.core.errors import BadInput, BrokenEnvironment
-from skillevo.core.tasks import Task, agent_config, archive, dir_entries
+from skillevo.core.tasks import Task, agent_config, archive, dir_entries, solved_changes
 
 _GIT_ENV = {
     "GIT_CONFIG_NOSYSTEM": "1", "GIT_CONFIG_GLOBAL": "/dev/null", "GIT_TERMINAL_PROMPT": "0",
@@ -43,18 +43,31 @@ def git(cwd: Path, *args: str) -> str:
 
 def export_tree(task: Task, dest: Path) -> None:
     """The task's pinned tree as plain files in `dest` (which must not exist), without what the CLI would load
-    as project configuration (tasks.agent_config): the ref's tree counts, not the target's working tree."""
+    as project configuration or the pipeline's own folder (Task.in_workspace): the ref's tree counts, not the
+    target's working tree."""
     dest.mkdir(parents=True)
     if task.target_kind == "git":
         with tarfile.open(fileobj=io.BytesIO(archive(task))) as tar:
-            tar.extractall(dest, members=[m for m in tar if not agent_config(m.name)], filter="data")
+            tar.extractall(dest, members=[m for m in tar if task.in_workspace(m.name)], filter="data")
         return
     for rel, content in dir_entries(task.target_dir):
-        if agent_config(rel):
+        if not task.in_workspace(rel):
             continue
         path = dest / rel
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_bytes(content)
+
+
+def export_solved(task: Task, dest: Path) -> None:
+    """export_tree with the task's solution applied (skillevo check runs verify and the oracle on it)."""
+    export_tree(task, dest)
+    for rel, data in solved_changes(task).items():
+        path = dest / rel
+        if data is None:
+            path.unlink()
+            continue
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(data)
 
 
 def _install(files: Mapping[str, bytes], root: Path, executables: Collection[str]) -> None:

@@ -16,6 +16,7 @@ import io
 import os
 import subprocess
 import tarfile
+import tempfile
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -45,6 +46,9 @@ def agent_config(rel: str) -> bool:
     return any(part in AGENT_CONFIG_DIRS for part in parts[:-1]) or parts[-1] in AGENT_CONFIG_DIRS | AGENT_CONFIG_FILES
 
 
+MAX_SOLUTION_PATCH = 4 << 20
+
+
 class TaskError(BadInput):
     """A task definition is unsafe or inconsistent; the message names the task, the field and the rule."""
 
@@ -64,10 +68,35 @@ class Task:
     target_kind: str  # git | dir
     tree: str  # commit (git) or content digest (dir)
     binding: dict[str, Any]
+    # Paths of the target that never reach a workspace beside agent configuration: the pipeline's own folder when
+    # a task targets the repository that holds it (its tasks/ has the oracles and solutions).
+    hidden: tuple[str, ...] = ()
+    solution: Solution | None = None
+
+    def in_workspace(self, rel: str) -> bool:
+        """Whether a path of the target's tree reaches the agent's workspace (the one rule every copy follows)."""
+        rel = rel.strip("/")
+        return not agent_config(rel) and not any(rel == h or rel.startswith(h + "/") for h in self.hidden)
 
     @property
     def binding_digest(self) -> str:
         return sha256_json(self.binding)
+
+
+@dataclass(frozen=True)
+class Solution:
+    """A task's reference solution: a commit of its git target (`ref`) or a patch from tasks/solutions/. Hidden
+    like the oracle: it never reaches a workspace, the proposer or a skill."""
+
+    kind: str  # ref | patch
+    commit: str | None = None
+    patch: bytes | None = None
+
+    @property
+    def binding(self) -> dict[str, str]:
+        if self.kind == "ref":
+            return {"kind": "ref", "commit": str(self.commit)}
+        return {"kind": "patch", "sha256": sha256_bytes(self.patch or b"")}
 
 
 def _fail(task_id: str, field: str, rule: str, source: Path) -> TaskError:
@@ -109,6 +138,37 @@ def _resolve_target(raw: dict, base: Path, roots: tuple[Path, ...], source: Path
         return target, "dir", framed_digest(dir_entries(target))
     except BadInput as e:
         raise _fail(tid, "target", f"refused: {e}", source) from None
+
+
+def _solution(raw: dict, target: Path, kind: str, tasks_dir: Path, source: Path) -> Solution | None:
+    tid, sol = raw["id"], raw.get("solution")
+    if sol is None:
+        return None
+    if "ref" in sol:
+        if kind != "git":
+            raise _fail(tid, "solution.ref", "applies to git targets only; give a patch for a plain directory "
+                        "(rule: refs on git targets)", source)
+        out = subprocess.run(["git", "-C", str(target), "rev-parse", "--verify", "--quiet", f"{sol['ref']}^{{commit}}"],
+                             capture_output=True, text=True)
+        if out.returncode != 0:
+            raise _fail(tid, "solution.ref", f"{sol['ref']!r} does not name a commit in {raw['target']}", source)
+        return Solution("ref", commit=out.stdout.strip())
+    try:
+        data = safefs.read_below(tasks_dir / "solutions", sol["patch"], max_bytes=MAX_SOLUTION_PATCH,
+                                 what="solution patch")
+    except BadInput as e:
+        raise _fail(tid, "solution.patch", f"refused: {e}", source) from None
+    return Solution("patch", patch=data)
+
+
+def _hidden(target: Path, tasks_dir: Path) -> tuple[str, ...]:
+    """The pipeline's folder (the tasks directory's parent) as a path of the target when the target holds it: the
+    whole folder unless it is the target's root, then the tasks directory alone."""
+    target, tasks_dir = Path(os.path.realpath(target)), Path(os.path.realpath(tasks_dir))
+    if not _inside(tasks_dir, target) or tasks_dir == target:
+        return ()
+    folder = tasks_dir.parent if tasks_dir.parent != target else tasks_dir
+    return (folder.relative_to(target).as_posix(),)
 
 
 def _oracle_files(raw: dict, oracle_root: Path, source: Path) -> tuple[tuple[str, bytes], ...]:
@@ -170,6 +230,8 @@ def load(path: str | Path, *, target_roots: Iterable[str | Path] = ()) -> list[T
         seen.add(raw["id"])
         target, kind, tree = _resolve_target(raw, base, roots, source)
         oracle = _oracle_files(raw, oracle_root, source)
+        solution = _solution(raw, target, kind, base, source)
+        hidden = _hidden(target, base)
         binding = {
             "id": raw["id"],
             "class": raw["class"],
@@ -183,10 +245,14 @@ def load(path: str | Path, *, target_roots: Iterable[str | Path] = ()) -> list[T
             "oracle_files": [{"target": t, "sha256": sha256_bytes(d), "size": len(d)} for t, d in oracle],
             "oracle_tests": oracle_tests(oracle, raw["id"], source),
         }
+        if solution is not None:  # only when there is one: bindings (and cell keys) of other tasks stay as they were
+            binding["solution"] = solution.binding
+        if hidden:
+            binding["hidden"] = list(hidden)
         tasks.append(Task(id=raw["id"], cls=raw["class"], prompt=raw["prompt"], setup=raw.get("setup"),
                           verify=raw["verify"], oracle_command=raw["oracle"]["command"], oracle_files=oracle,
                           expensive=binding["expensive"], timeout_s=binding["timeout_s"], target_dir=target,
-                          target_kind=kind, tree=tree, binding=binding))
+                          target_kind=kind, tree=tree, binding=binding, hidden=hidden, solution=solution))
     return tasks
 
 
@@ -246,28 +312,73 @@ def split(tasks: Iterable[Task], gate: Iterable[str], evidence: Iterable[str], s
     return Split(tuple(sorted(evidence)), tuple(sorted(gate)), automatic)
 
 
-def archive(task: Task) -> bytes:
-    """A git target's pinned commit as tar bytes (`git archive`): the one way a git tree leaves its repository."""
-    out = subprocess.run(["git", "-C", str(task.target_dir), "archive", "--format=tar", task.tree],
+def archive(task: Task, commit: str | None = None) -> bytes:
+    """A git target's pinned commit (or `commit`) as tar bytes (`git archive`): the one way a git tree leaves its
+    repository."""
+    commit = commit or task.tree
+    out = subprocess.run(["git", "-C", str(task.target_dir), "archive", "--format=tar", commit],
                          capture_output=True)
     if out.returncode != 0:
-        raise TaskError(f"task {task.id}: cannot read its target tree {task.tree}: "
+        raise TaskError(f"task {task.id}: cannot read its target tree {commit}: "
                         f"{out.stderr.decode(errors='replace').strip()[-300:]}")
     return out.stdout
+
+
+def _tar_files(task: Task, data: bytes) -> Iterator[tuple[str, bytes]]:
+    with tarfile.open(fileobj=io.BytesIO(data)) as tar:
+        for member in tar:
+            if member.isfile() and task.in_workspace(member.name):
+                f = tar.extractfile(member)
+                if f is not None:
+                    yield member.name, f.read()
 
 
 def tree_files(task: Task) -> Iterator[tuple[str, bytes]]:
     """The task's pinned tree as (path, bytes) as a workspace gets it: the git commit's files, or the plain
     directory's, without agent configuration (agent_config)."""
     if task.target_kind == "dir":
-        yield from ((rel, data) for rel, data in dir_entries(task.target_dir) if not agent_config(rel))
+        yield from ((rel, data) for rel, data in dir_entries(task.target_dir) if task.in_workspace(rel))
         return
-    with tarfile.open(fileobj=io.BytesIO(archive(task))) as tar:
-        for member in tar:
-            if member.isfile() and not agent_config(member.name):
-                f = tar.extractfile(member)
-                if f is not None:
-                    yield member.name, f.read()
+    yield from _tar_files(task, archive(task))
+
+
+def solved_changes(task: Task) -> dict[str, bytes | None]:
+    """What the task's solution changes in a workspace's tree: path -> the solved bytes, None for a file it deletes
+    (a patch is applied with `git apply` to a scratch copy of the tree). Empty when the task has no solution."""
+    sol = task.solution
+    if sol is None:
+        return {}
+    before = dict(tree_files(task))
+    if sol.kind == "ref":
+        after = dict(_tar_files(task, archive(task, sol.commit)))
+    else:
+        after = _patched(task, before, sol.patch or b"")
+    changes: dict[str, bytes | None] = {rel: data for rel, data in after.items() if before.get(rel) != data}
+    changes.update({rel: None for rel in before if rel not in after})
+    if not changes:
+        raise TaskError(f"task {task.id}: solution: changes nothing in the workspace's tree (rule: a solution "
+                        "changes the target)")
+    return dict(sorted(changes.items()))
+
+
+def _patched(task: Task, before: dict[str, bytes], patch: bytes) -> dict[str, bytes]:
+    with tempfile.TemporaryDirectory(prefix="skillevo-solution-") as tmp:
+        root = Path(tmp) / "tree"
+        for rel, data in before.items():
+            (root / rel).parent.mkdir(parents=True, exist_ok=True)
+            (root / rel).write_bytes(data)
+        root.mkdir(exist_ok=True)
+        env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": tmp, "GIT_CONFIG_NOSYSTEM": "1"}
+        subprocess.run(["git", "init", "-q"], cwd=root, env=env, check=True, capture_output=True)
+        done = subprocess.run(["git", "apply", "--whitespace=nowarn", "-"], cwd=root, env=env, input=patch,
+                              capture_output=True)
+        if done.returncode != 0:
+            raise TaskError(f"task {task.id}: solution.patch does not apply to the target's tree: "
+                            f"{done.stderr.decode(errors='replace').strip()[-300:]} (rule: the solution applies)")
+        safefs.remove_tree(root / ".git")
+        after = safefs.read_tree(root, max_file_bytes=MAX_TARGET_FILE, max_total_bytes=MAX_TARGET_TOTAL,
+                                 what="solved file")
+    return {rel: data for rel, data in after.items() if task.in_workspace(rel)}
 
 
 def visible_texts(task: Task) -> Iterator[bytes]:

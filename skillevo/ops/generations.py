@@ -226,8 +226,8 @@ def evolve(generations: int, dvc: str, noise: str | None = None, params: Path = 
                   flush=True)
             ds = _generation(dvc, confirms=g)
             if promoted(ds):
-                print(f"promoted in generation {g}, confirmed by replicate {replicate}: review with `make apply`, "
-                      "then commit.")
+                print(f"promoted in generation {g}, confirmed by replicate {replicate}: review with "
+                      "`skillevo apply` (`make apply` in a skillevo checkout), then commit.")
                 print(_to_commit())
                 return 0
             print("   not confirmed: the first promotion was not repeated; the incumbent stays", flush=True)
@@ -318,13 +318,14 @@ def report(archive_dir: Path = ARCHIVE) -> str:
 def status(results: Path = RESULTS) -> str:
     """The decision of the generation in results/, first, then where to read more."""
     if not (results / "gate/promotion.json").is_file():
-        return "no gate decision yet: run `make demo` (or `dvc repro`)"
+        return "no gate decision yet: run `dvc repro` (`make demo` in a skillevo checkout)"
     ds = decisions(results)
     lines = [f"decision: {'promote' if promoted(ds) else 'keep the incumbent'}"]
     lines += [f"  {d['candidate_arm']}: {d['decision']} — {(d['reasons'] or [''])[0]}" for d in ds]
     lines += [f"report: {results / 'gate/report.md'}", f"proposal: {results / 'proposal/proposal.md'}"]
     if promoted(ds):
-        lines.append("next: `make apply` writes the promoted skills for your review (it never commits)")
+        lines.append("next: `skillevo apply` (`make apply` in a skillevo checkout) writes the promoted skills for "
+                     "your review (it never commits)")
     return "\n".join(lines)
 
 

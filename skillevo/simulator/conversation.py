@@ -35,6 +35,7 @@ class Conversation:
     turns: int  # assistant messages so far
     skills: dict[str, str] = field(default_factory=dict)  # skill name -> loaded skill text
     listed: dict[str, str] = field(default_factory=dict)  # skill name -> description, as the CLI listed them
+    skill_dirs: dict[str, str] = field(default_factory=dict)  # skill name -> its base directory, as the CLI said
     results: tuple[ToolResult, ...] = ()
 
     @property
@@ -88,6 +89,7 @@ def parse(body: dict[str, Any]) -> Conversation:
             elif text and not text.lstrip().startswith("<system-reminder>"):
                 prompt = text
     skills: dict[str, str] = {}
+    skill_dirs: dict[str, str] = {}
     results: list[ToolResult] = []
     turns = 0
     for message in messages:
@@ -101,6 +103,7 @@ def parse(body: dict[str, Any]) -> Conversation:
             elif block.get("type") == "text":
                 m = _SKILL_BASE.match(block.get("text", ""))
                 if m:
-                    skills[m.group("dir").rstrip("/").rsplit("/", 1)[-1]] = block["text"][m.end():]
+                    name = m.group("dir").rstrip("/").rsplit("/", 1)[-1]
+                    skills[name], skill_dirs[name] = block["text"][m.end():], m.group("dir").rstrip("/")
     return Conversation(prompt=prompt.strip(), cwd=cwd, turns=turns, skills=skills, listed=listed,
-                        results=tuple(results))
+                        skill_dirs=skill_dirs, results=tuple(results))

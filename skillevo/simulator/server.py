@@ -21,7 +21,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import urlsplit
 
-from skillevo.simulator import agent, conversation, noise
+from skillevo.simulator import agent, conversation, generic, noise
 from skillevo.simulator.agent import EscapeTargets, Reply
 from skillevo.simulator.cache import BYTES_PER_TOKEN, PromptCache, tokens
 from skillevo.simulator.latency import Latency
@@ -46,8 +46,9 @@ class Simulator:
 
     def __init__(self, playbook: Playbook, *, api_key: str | None = None, escape: EscapeTargets | None = None,
                  responders: dict[str, Any] | None = None, noise: Noise | None = None, max_retries: int = 2,
-                 latency: Latency | None = None) -> None:
+                 latency: Latency | None = None, solved: tuple[generic.SolvedTask, ...] = ()) -> None:
         self.playbook = playbook
+        self.solved = solved  # tasks the generic agent plays (skillevo.simulator.generic), where no playbook task does
         self.api_key = api_key
         self.escape = escape
         self.responders = dict(responders or {})  # extra modes (e.g. the proposer role), mode -> fn(conv, body)
@@ -113,11 +114,15 @@ class Simulator:
         session = self.session_noise(route)
         if mode in self.responders:
             return self.responders[mode](conv, body)
-        if mode == "no-skill":
-            return agent.no_skill(conv, self.playbook, session)
         if mode == "escape":
             return agent.escape(conv, self.escape)
-        return agent.normal(conv, self.playbook, session)
+        book = self.playbook
+        if book.task_for(conv.prompt) is None:
+            task = generic.match(self.solved, conv.prompt)
+            book = book if task is None else generic.playbook(conv, task)
+        if mode == "no-skill":
+            return agent.no_skill(conv, book, session)
+        return agent.normal(conv, book, session)
 
     def overloaded(self, route: Route, session_id: str | None, body: dict[str, Any]) -> bool:
         """Whether to answer this attempt 529. A request is its session and its place in the conversation, so

@@ -16,7 +16,7 @@ from pathlib import Path
 from skillevo import propose
 from skillevo.core import layout, models, overlay, stage
 from skillevo.core.errors import BrokenEnvironment
-from skillevo.simulator import Simulator, load_dir
+from skillevo.simulator import Playbook, Simulator, generic, load_dir
 from skillevo.simulator.proposer import SimulatedProposer
 
 
@@ -42,7 +42,11 @@ def run(args: argparse.Namespace) -> str:
         sim_url, sim = None, None
         if params.model.simulated:
             book = load_dir(args.playbooks)
-            sim = stack.enter_context(Simulator(book, responders={"proposer": SimulatedProposer(book, set(evolvable))}))
+            family = layout.read_family(stage.skills_dir(args, params), params.skills.frontmatter_keys)
+            known = generic.command_instructions(family, evolvable)  # the generic agent's steps, for tasks it plays
+            merged = Playbook({**known.instructions, **book.instructions}, book.tasks + known.tasks)
+            proposer = SimulatedProposer(merged, set(evolvable))
+            sim = stack.enter_context(Simulator(book, responders={"proposer": proposer}))
             sim_url = sim.url("proposer")
         model, credential = models.resolve(params.model, sim_url, params.proposer_model)
         models.check_reachable(model)

@@ -1,8 +1,10 @@
 """skillevo's interpreter boot for the verify and oracle phases (on PYTHONPATH, read-only, outside the workspace).
 
-With PYTHONSAFEPATH=1 nothing the agent wrote is on sys.path when the test runner is imported; the code
-under test is appended here, after the standard library and site-packages, so a workspace file named like
-the runner, one of its modules or a plugin (pytest.py, _pytest/, pluggy.py) can never stand in for it.
+With PYTHONSAFEPATH=1 nothing the agent wrote is on sys.path when the test runner is imported. The code under
+test comes first for the top-level modules it defines (a finder ahead of site-packages: a library the machine
+also has installed, as Debian has six, yaml or requests, is tested as the workspace holds it, not as installed),
+except the standard library's and the test runner's (RUNNER): a workspace file named like the runner, one of its
+modules or a plugin (pytest.py, _pytest/, pluggy.py) can never stand in for it.
 
 The code under test is its source: modules found under the workspace are compiled from their .py files every
 time, so a `__pycache__/*.pyc` the agent wrote (an unchecked-hash pyc, or a timestamp pyc whose header copies
@@ -40,6 +42,37 @@ def _workspace_finder(entry):
     raise ImportError("not the workspace")
 
 
+# the test runner and what it imports (pytest's dependencies and optional helpers): never the workspace's
+RUNNER = frozenset({"pytest", "_pytest", "py", "pluggy", "iniconfig", "packaging", "exceptiongroup", "tomli",
+                    "pygments", "colorama", "argcomplete", "sitecustomize", "usercustomize"})
+
+
+class _WorkspaceFirst:
+    """A meta path finder ahead of sys.path's: a top-level module the workspace's root defines is the workspace's."""
+
+    _finder = None
+
+    @classmethod
+    def find_spec(cls, name, path=None, target=None):
+        if path is not None or name in RUNNER or name in sys.stdlib_module_names:
+            return None  # a submodule follows its package's __path__; the runner and the stdlib are never shadowed
+        if cls._finder is None:
+            try:
+                cls._finder = _source_only(_code)
+            except ImportError:  # no such directory
+                return None
+        spec = cls._finder.find_spec(name, target)
+        return spec if spec is not None and spec.loader is not None else None  # a namespace portion: sys.path's
+
+    @classmethod
+    def invalidate_caches(cls):
+        if cls._finder is not None:
+            cls._finder.invalidate_caches()
+
+
 if _code:
     sys.path_hooks.insert(0, _workspace_finder)
     sys.path_importer_cache.clear()
+    _at = next((i for i, f in enumerate(sys.meta_path) if getattr(f, "__name__", "") == "PathFinder"),
+               len(sys.meta_path))
+    sys.meta_path.insert(_at, _WorkspaceFirst)

@@ -1,0 +1,40 @@
+"""A fresh install of the working tree's skillevo: the wheel built offline from a copy of the sources
+(--no-build-isolation: the dev extra pins setuptools), installed without dependencies into a new venv that sees
+this venv's site-packages for them; nothing of the checkout is on its path."""
+
+from __future__ import annotations
+
+import site
+import subprocess
+import sys
+import venv
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def fresh_install(tmp: Path) -> tuple[Path, Path]:
+    """(the wheel, the fresh venv's python)."""
+    src = tmp / "src"
+    src.mkdir(parents=True)
+    (src / "pyproject.toml").write_bytes((ROOT / "pyproject.toml").read_bytes())
+    # the working tree, not the last commit: copy what git tracks or would track
+    files = subprocess.run(["git", "-C", str(ROOT), "ls-files", "--cached", "--others", "--exclude-standard",
+                            "skillevo"], capture_output=True, text=True, check=True).stdout.split()
+    for rel in files:
+        if (ROOT / rel).is_file():
+            (src / rel).parent.mkdir(parents=True, exist_ok=True)
+            (src / rel).write_bytes((ROOT / rel).read_bytes())
+    dist = tmp / "dist"
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w", str(dist),
+                    str(src)], check=True, capture_output=True, timeout=300)
+    [wheel] = dist.glob("skillevo-*.whl")
+    env_dir = tmp / "venv"
+    venv.create(env_dir, with_pip=False)
+    python = env_dir / "bin/python"
+    purelib = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                             capture_output=True, text=True, check=True).stdout.strip()
+    Path(purelib, "deps.pth").write_text("\n".join(site.getsitepackages()) + "\n")  # the dependencies, not us
+    subprocess.run([sys.executable, "-m", "pip", "--python", str(python), "install", "-q", "--no-deps",
+                    str(wheel)], check=True, capture_output=True, timeout=300)
+    return wheel, python
