@@ -96,3 +96,33 @@ def test_a_task_already_solved_or_a_setup_that_fails_is_said_before_any_session(
     err = capsys.readouterr().err
     assert "task greet: the hidden oracle passes on the target as given: the task is already solved" in err
     assert "task cheat: setup failed (exited, exit 3" in err
+
+
+def test_a_simulated_task_the_simulator_cannot_play_is_a_problem(tmp_path, capsys):
+    root = _world(tmp_path)
+    doc = yaml.safe_load((root / "tasks/tasks.yaml").read_text())
+    doc["tasks"].append({**doc["tasks"][0], "id": "unknown", "prompt": "a task no playbook knows"})
+    (root / "tasks/tasks.yaml").write_text(yaml.safe_dump(doc))
+    assert _check(root, "--no-tasks") == 2
+    assert ("task unknown: the offline simulator cannot play it: no playbook task matches its prompt and it has no "
+            "solution (rule: a simulated task has a solution or a playbook)") in capsys.readouterr().err
+
+
+@pytest.mark.bwrap
+def test_a_solution_must_pass_both_checks(tmp_path, capsys):
+    root = _world(tmp_path)
+    (root / "tasks/solutions").mkdir()
+    for name, word in (("right", "hello"), ("wrong", "hey")):
+        (root / f"tasks/solutions/{name}.diff").write_text(
+            f'--- a/pkg/greet.py\n+++ b/pkg/greet.py\n@@ -1,2 +1,2 @@\n def greet():\n-    return "hi"\n'
+            f'+    return "{word}"\n')
+    doc = yaml.safe_load((root / "tasks/tasks.yaml").read_text())
+    doc["tasks"][0].update(verify="python3 -c 'from pkg.greet import greet; assert greet().startswith(\"he\")'",
+                           solution={"patch": "right.diff"})
+    doc["tasks"][1].update(verify=doc["tasks"][0]["verify"], solution={"patch": "wrong.diff"})
+    (root / "tasks/tasks.yaml").write_text(yaml.safe_dump(doc))
+    assert _check(root) == 2
+    err = capsys.readouterr().err
+    problems = [line for line in err.splitlines() if "(rule: " in line and "refused:" not in line]
+    assert problems == [f"check: {root}/tasks/tasks.yaml: task cheat: the hidden oracle is failed with the solution "
+                        "applied: no agent could pass it (rule: the solution passes)"], err

@@ -223,3 +223,94 @@ def test_a_bad_split_is_refused_naming_the_rule(gate, evidence, shared, message)
 
 def test_one_task_is_the_gate_s():
     assert tasks.split(_tasks("only:trivial"), (), (), False, "p").to_dict() == {"evidence": [], "gate": ["only"]}
+
+
+# --- reference solutions and the pipeline's own folder ---------------------------------------------------------
+
+FIXED = 'def greet():\n    return "hello"\n'
+PATCH = """--- a/pkg/greet.py
++++ b/pkg/greet.py
+@@ -1,2 +1,2 @@
+ def greet():
+-    return "hi"
++    return "hello"
+"""
+
+
+def test_a_patch_solution_is_bound_and_changes_what_it_says(tmp_path):
+    tasks_file = make_mini(tmp_path)
+    plain = tasks.load(tasks_file)[0]
+    (tasks_file.parent / "solutions").mkdir()
+    (tasks_file.parent / "solutions/greet.diff").write_text(PATCH)
+    _rewrite(tasks_file, lambda d: d["tasks"][0].update(solution={"patch": "greet.diff"}))
+    task = tasks.load(tasks_file)[0]
+    assert "solution" not in plain.binding  # a task without one keeps the binding (and cell keys) it had
+    assert task.binding["solution"]["kind"] == "patch" and task.binding_digest != plain.binding_digest
+    assert tasks.solved_changes(task) == {"pkg/greet.py": FIXED.encode()}
+    workspace.export_solved(task, tmp_path / "solved")
+    assert (tmp_path / "solved/pkg/greet.py").read_text() == FIXED
+    assert not any("solution" in rel for rel, _ in tasks.tree_files(task))  # hidden like the oracle
+
+
+def test_a_ref_solution_is_a_commit_of_the_git_target(tmp_path):
+    tasks_file = make_mini(tmp_path)
+    repo = tasks_file.parent / "targets/greet"
+    env = {**os.environ, "GIT_AUTHOR_NAME": "a", "GIT_AUTHOR_EMAIL": "a@a",
+           "GIT_COMMITTER_NAME": "a", "GIT_COMMITTER_EMAIL": "a@a"}
+    (repo / "pkg/old.py").write_text("gone = True\n")
+    for cmd in (["init", "-q"], ["add", "-A"], ["commit", "-qm", "the bug"], ["tag", "bug"]):
+        subprocess.run(["git", *cmd], cwd=repo, env=env, check=True)
+    (repo / "pkg/greet.py").write_text(FIXED)
+    (repo / "pkg/old.py").unlink()
+    for cmd in (["add", "-A"], ["commit", "-qm", "the fix"], ["tag", "fix"]):
+        subprocess.run(["git", *cmd], cwd=repo, env=env, check=True)
+    _rewrite(tasks_file, lambda d: d["tasks"][0].update(ref="bug", solution={"ref": "fix"}))
+    task = tasks.load(tasks_file)[0]
+    assert tasks.solved_changes(task) == {"pkg/greet.py": FIXED.encode(), "pkg/old.py": None}
+    workspace.export_tree(task, tmp_path / "tree")
+    assert "hi" in (tmp_path / "tree/pkg/greet.py").read_text()  # the workspace gets the bug, never the fix
+
+
+@pytest.mark.parametrize("solution, message", [
+    ({"patch": "../tasks.yaml"}, r"solution.patch"),
+    ({"patch": "missing.diff"}, r"task 'greet': solution.patch: refused: .*missing.diff"),
+    ({"ref": "main"}, r"task 'greet': solution.ref: applies to git targets only"),
+    ({"ref": "main", "patch": "x.diff"}, r"solution"),
+])
+def test_a_bad_solution_is_refused_naming_the_rule(tmp_path, solution, message):
+    tasks_file = _rewrite(make_mini(tmp_path), lambda d: d["tasks"][0].update(solution=solution))
+    with pytest.raises(BadInput, match=message):
+        tasks.load(tasks_file)
+
+
+def test_a_patch_that_does_not_apply_or_changes_nothing_is_refused(tmp_path):
+    tasks_file = make_mini(tmp_path)
+    (tasks_file.parent / "solutions").mkdir()
+    (tasks_file.parent / "solutions/stale.diff").write_text(PATCH.replace('"hi"', '"howdy"'))
+    _rewrite(tasks_file, lambda d: d["tasks"][0].update(solution={"patch": "stale.diff"}))
+    with pytest.raises(BadInput, match=r"solution.patch does not apply .*rule: the solution applies"):
+        tasks.solved_changes(tasks.load(tasks_file)[0])
+
+
+def test_a_task_on_the_repository_that_holds_the_pipeline_never_shows_it_its_oracles(tmp_path):
+    """A team's task targets its own repository, which holds the pipeline's folder (tasks/oracles, solutions):
+    the folder is kept out of every workspace and out of what counts as visible to the agent."""
+    repo = tmp_path / "team"
+    (repo / "pkg").mkdir(parents=True)
+    (repo / "pkg/__init__.py").write_text("")
+    (repo / "pkg/greet.py").write_text('def greet():\n    return "hi"\n')
+    tasks_file = make_mini(repo / "evolve")
+    _rewrite(tasks_file, lambda d: d["tasks"][0].update(target="../.."))
+    env = {**os.environ, "GIT_AUTHOR_NAME": "a", "GIT_AUTHOR_EMAIL": "a@a",
+           "GIT_COMMITTER_NAME": "a", "GIT_COMMITTER_EMAIL": "a@a"}
+    for cmd in (["init", "-q"], ["add", "-A"], ["commit", "-qm", "team"]):
+        subprocess.run(["git", *cmd], cwd=repo, env=env, check=True)
+    task = tasks.load(tasks_file, target_roots=[repo])[0]
+    assert task.hidden == ("evolve",) and task.binding["hidden"] == ["evolve"]
+    files = {rel for rel, _ in tasks.tree_files(task)}
+    assert files == {"pkg/__init__.py", "pkg/greet.py"}
+    workspace.export_tree(task, tmp_path / "tree")
+    assert sorted(str(p.relative_to(tmp_path / "tree")) for p in (tmp_path / "tree").rglob("*")) == \
+        ["pkg", "pkg/__init__.py", "pkg/greet.py"]
+    oracle = task.oracle_files[0][1]
+    assert not any(oracle in data for data in tasks.visible_texts(task))

@@ -374,7 +374,8 @@ def _patched(task: Task, before: dict[str, bytes], patch: bytes) -> dict[str, by
                               capture_output=True)
         if done.returncode != 0:
             raise TaskError(f"task {task.id}: solution.patch does not apply to the target's tree: "
-                            f"{done.stderr.decode(errors='replace').strip()[-300:]} (rule: the solution applies)")
+                            f"{'; '.join(done.stderr.decode(errors='replace').split(chr(10))).strip('; ')[-300:]} "
+                            "(rule: the solution applies)")
         safefs.remove_tree(root / ".git")
         after = safefs.read_tree(root, max_file_bytes=MAX_TARGET_FILE, max_total_bytes=MAX_TARGET_TOTAL,
                                  what="solved file")

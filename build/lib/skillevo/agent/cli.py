@@ -1,0 +1,85 @@
+"""Find the pinned Claude Code CLI and build its headless argv.
+
+Credentials never go into argv: the CLI gets a placeholder key through its environment and the
+model relay adds the real one outside the sandbox.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import shutil
+from pathlib import Path
+
+from skillevo.agent import install
+from skillevo.core.errors import BrokenEnvironment
+from skillevo.core.pins import CLAUDE_CODE_VERSION
+
+PROJECT_ROOT = Path(__file__).resolve().parents[2]  # a checkout (make setup), or site-packages (never has .tools)
+LOCAL_CLI = PROJECT_ROOT / f".tools/claude-code-{CLAUDE_CODE_VERSION}" / install.BIN
+CLI_DST = "/opt/claude/claude"
+
+
+class CLIMissing(BrokenEnvironment):
+    """The pinned CLI is not installed (or another version is); the message says to run `make setup`."""
+
+
+@functools.cache
+def _version(path: str) -> str:
+    return install.installed_version(Path(path))
+
+
+def locate() -> Path:
+    """The real binary of the pinned CLI (symlinks resolved, so it can be bind-mounted alone): $SKILLEVO_CLAUDE, the
+    checkout's .tools/ (make setup), the user's install (skillevo setup), or PATH, whichever is the pinned version."""
+    candidates = [os.environ.get("SKILLEVO_CLAUDE"), str(LOCAL_CLI), str(install.default_prefix() / install.BIN),
+                  shutil.which("claude")]
+    tried = []
+    for c in candidates:
+        if not c or not Path(c).exists():
+            continue
+        real = str(Path(c).resolve())
+        version = _version(real)
+        if version == CLAUDE_CODE_VERSION:
+            return Path(real)
+        tried.append(f"{c} is version {version or 'unknown'}")
+    detail = "; ".join(tried) or "not found in $SKILLEVO_CLAUDE, .tools/, the user's install or PATH"
+    raise CLIMissing(f"the pinned Claude Code CLI {CLAUDE_CODE_VERSION} is not installed ({detail}): run `skillevo "
+                     "setup` (or `make setup` in a skillevo checkout)")
+
+
+def settings(tools: tuple[str, ...]) -> dict:
+    """Explicit settings: Bash runs in Claude's own inner sandbox with no network at all."""
+    return {
+        "sandbox": {
+            "enabled": True,
+            "failIfUnavailable": True,
+            "autoAllowBashIfSandboxed": True,
+            "allowUnsandboxedCommands": False,
+            "enableWeakerNestedSandbox": True,  # our bwrap already gave it a PID namespace and /proc
+            "network": {"allowedDomains": []},
+        },
+        "permissions": {"allow": list(tools), "disableBypassPermissionsMode": "disable"},
+    }
+
+
+def argv(*, model: str, tools: tuple[str, ...], max_turns: int | None = None, effort: str | None = None) -> list[str]:
+    args = [
+        CLI_DST, "-p",
+        "--input-format", "text",
+        "--output-format", "stream-json", "--verbose",
+        "--model", model,
+        "--settings", json.dumps(settings(tools), separators=(",", ":")),
+        "--setting-sources", "project",
+        "--strict-mcp-config", "--mcp-config", '{"mcpServers":{}}',
+        "--tools", ",".join(tools),
+        "--allowedTools", ",".join(tools),
+        "--permission-mode", "dontAsk",
+        "--no-session-persistence",
+    ]
+    if max_turns:
+        args += ["--max-turns", str(max_turns)]
+    if effort:
+        args += ["--effort", effort]
+    return args

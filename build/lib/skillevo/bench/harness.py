@@ -1,0 +1,150 @@
+"""What the harness is: the code a stage runs and the outside tools a cell's outcome depends on.
+
+Two owners rely on this one account. Each stage's identity (the package version and a digest of the stage
+script's import closure, written by the `identity` stage for dvc.yaml) makes DVC re-run a stage exactly when the
+code it runs changed, wherever skillevo is installed; and the cell store keys every cell on a digest of the
+bench's closure and tool versions, so that a cell measured by an older (perhaps weaker) harness is never served
+after the harness changes.
+"""
+
+from __future__ import annotations
+
+import ast
+import functools
+import subprocess
+from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
+
+from skillevo.core.digests import framed_digest, sha256_json
+
+ROOT = Path(__file__).resolve().parents[2]  # the checkout, or site-packages: paths below are the same in both
+PACKAGES = ("skillevo",)
+STAGES = "skillevo/stages"
+BENCH_SCRIPT = f"{STAGES}/bench.py"
+# Files a module reads at run time besides its imports.
+DATA = {
+    "skillevo/core/schemas.py": {"skillevo/schemas"},  # every schema is in the registry (schemas refer to each other)
+    "skillevo/sandbox/bwrap.py": {"skillevo/sandbox/launch.sh"},
+    "skillevo/propose.py": {"skillevo/prompts/propose.md"},
+    "skillevo/bench/checks.py": {"skillevo/bench/pyboot/sitecustomize.py", "skillevo/bench/pyboot/pytest.ini"},
+}
+# What runs inside or around every cell besides our code: the sandbox, the relay, the checks' interpreter and test
+# runner, and the workspace's git. Each is asked for its own version (first line of output).
+TOOLS = {
+    "bwrap": ["bwrap", "--version"],
+    "socat": ["socat", "-V"],
+    "git": ["git", "--version"],
+    "python3": ["/usr/bin/python3", "--version"],
+    "pytest": ["/usr/bin/python3", "-m", "pytest", "--version"],
+}
+
+
+def module_file(name: str) -> Path | None:
+    """The file of module `name` (a module, or a package's __init__.py); None for a name defined inside one."""
+    path = ROOT.joinpath(*name.split("."))
+    if path.with_suffix(".py").is_file():
+        return path.with_suffix(".py")
+    if (path / "__init__.py").is_file():
+        return path / "__init__.py"
+    return None
+
+
+def imports(path: Path) -> set[str]:
+    """The skillevo and stages names `path` imports, wherever the import is (also inside a function). The one
+    reading of imports: the stages' closures, the harness digest and tests/test_layout.py all use it."""
+    names = set()
+    package = ".".join(path.relative_to(ROOT).with_suffix("").parts)
+    if path.name == "__init__.py":
+        package = package.removesuffix(".__init__")
+    else:
+        package = package.rpartition(".")[0]
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parts = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join([*parts, base] if base else parts)
+            names.add(base)
+            names.update(f"{base}.{alias.name}" for alias in node.names)
+    return {n for n in names if n.split(".")[0] in PACKAGES}
+
+
+def closure(script: str) -> set[str]:
+    """Repo-relative files a stage script runs: its modules (every `import`, also those inside functions), their
+    packages' __init__.py, and the data files they load."""
+    todo, seen = [ROOT / script], set()
+    while todo:
+        path = todo.pop()
+        if path in seen:
+            continue
+        seen.add(path)
+        rel = path.relative_to(ROOT)
+        for parent in rel.parents:
+            init = ROOT / parent / "__init__.py"
+            if parent != Path(".") and init.is_file() and init not in seen:
+                todo.append(init)
+        for name in imports(path):
+            found = module_file(name)
+            if found is not None:
+                todo.append(found)
+    files = {p.relative_to(ROOT).as_posix() for p in seen}
+    return files | {d for f in files for d in DATA.get(f, ())}
+
+
+def _files(rels: set[str]) -> list[tuple[str, bytes]]:
+    out = []
+    for rel in sorted(rels):
+        path = ROOT / rel
+        paths = sorted(p for p in path.rglob("*") if p.is_file() and "__pycache__" not in p.parts) if path.is_dir() \
+            else [path]
+        out += [(p.relative_to(ROOT).as_posix(), p.read_bytes()) for p in paths]
+    return out
+
+
+def _version(argv: list[str]) -> str:
+    try:
+        done = subprocess.run(argv, capture_output=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        return f"unavailable: {type(e).__name__}"
+    text = (done.stdout or done.stderr).decode(errors="replace").strip().splitlines()
+    return text[0] if text else f"exit {done.returncode}"
+
+
+@functools.cache
+def tool_versions() -> dict[str, str]:
+    return {name: _version(argv) for name, argv in TOOLS.items()}
+
+
+@functools.cache
+def code_digest(script: str = BENCH_SCRIPT) -> str:
+    return framed_digest(_files(closure(script)))
+
+
+def identity() -> dict[str, str]:
+    """The bench harness as the cell store keys it: its code's digest and the tools' versions."""
+    return {"code": code_digest(), **tool_versions()}
+
+
+def digest() -> str:
+    return sha256_json(identity())
+
+
+def package_version() -> str:
+    try:
+        return version("skillevo")
+    except PackageNotFoundError:  # a checkout run without an install
+        return "unknown"
+
+
+def stage_names() -> list[str]:
+    """The pipeline's stage scripts (skillevo/stages/<name>.py), the identity stage itself excluded."""
+    return sorted(p.stem for p in (ROOT / STAGES).glob("*.py") if p.stem not in ("__init__", "identity"))
+
+
+def stage_identity(name: str) -> dict[str, str | int]:
+    """What a stage's results depend on of skillevo itself: the version and the digest of the code it runs."""
+    files = closure(f"{STAGES}/{name}.py")
+    return {"stage": name, "skillevo": package_version(), "code": code_digest(f"{STAGES}/{name}.py"),
+            "files": len(_files(files))}

@@ -1,0 +1,103 @@
+"""report.md for one bench side: per task x arm, what was resolved and what it cost, and, when the side has a
+baseline arm (every session `none`: no skill installed), what each arm resolves and costs beyond it."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+from skillevo.core import safefs
+from skillevo.core.arms import is_baseline
+from skillevo.core.results import aggregate
+
+
+def _fmt(value: Any, digits: int = 0) -> str:
+    if value is None:
+        return "—"
+    return f"{value:,.{digits}f}"
+
+
+def contamination(rows: list[dict[str, Any]]) -> list[str]:
+    """Tasks where two different arms produced byte-identical patches."""
+    by_task: dict[str, dict[str, set[str]]] = defaultdict(lambda: defaultdict(set))
+    for row in rows:
+        if row["patch"]:
+            by_task[row["task"]][row["patch"]["sha256"]].add(row["arm"])
+    return [f"{task}: arms {', '.join(sorted(arms))} produced the identical patch {sha[:12]}"
+            for task, patches in sorted(by_task.items()) for sha, arms in sorted(patches.items()) if len(arms) > 1]
+
+
+def _totals(aggs: dict[tuple[str, str], dict[str, Any]], arm: str, tasks: list[str]) -> tuple[int, int, float | None]:
+    """(resolved, valid runs, sum of the per-task median costs) of one arm over `tasks`; cost None if unmeasured."""
+    cells = [aggs[(task, arm)] for task in tasks]
+    costs = [c["cost_usd"] for c in cells]
+    return (sum(c["resolved"] for c in cells), sum(c["valid_runs"] for c in cells),
+            None if None in costs else sum(costs))
+
+
+def against_baseline(provenance: dict[str, Any], aggs: dict[tuple[str, str], dict[str, Any]]) -> list[str]:
+    """Per arm, against each baseline arm, over the tasks both ran: resolution in points and cost in dollars and
+    percent (the sum of per-task median costs), so what a skill buys and what it costs is read off one line."""
+    names = [a["name"] for a in provenance["arms"]]
+    lines = []
+    for base in (a["name"] for a in provenance["arms"] if is_baseline(a["skills"])):
+        lines += [f"## Against the baseline `{base}` (no skill installed)", "",
+                  "| arm | resolved | baseline resolved | resolution vs baseline | cost $ | baseline cost $ | "
+                  "cost vs baseline |", "|---|---|---|---|---|---|---|"]
+        for arm in (n for n in names if n != base):
+            tasks = sorted(t for (t, a) in aggs if a == arm and (t, base) in aggs)
+            (res, runs, cost), (b_res, b_runs, b_cost) = _totals(aggs, arm, tasks), _totals(aggs, base, tasks)
+            points = "—" if not runs or not b_runs else f"{100 * (res / runs - b_res / b_runs):+.0f} points"
+            delta = "—" if cost is None or not b_cost else f"{cost - b_cost:+.4f} ({100 * (cost / b_cost - 1):+.1f}%)"
+            lines.append(f"| {arm} | {res}/{runs} | {b_res}/{b_runs} | {points} | {_fmt(cost, 4)} | "
+                         f"{_fmt(b_cost, 4)} | {delta} |")
+        lines += ["", "Over the tasks both arms ran; cost is the sum of the per-task medians.", ""]
+    return lines
+
+
+def render(provenance: dict[str, Any], rows: list[dict[str, Any]]) -> str:
+    m = provenance["model"]
+    classes = {b["id"]: b["class"] for b in provenance["task_bindings"]}
+    aggs = aggregate(rows, classes, [a["name"] for a in provenance["arms"]])
+    skipped = ", ".join(f"{s['id']} ({s['reason']})" for s in provenance["skipped_tasks"])
+    lines = [f"# Bench — {provenance['side']} side", ""]
+    if m["simulated"]:
+        lines += ["**SIMULATED**: these sessions ran the real Claude Code CLI against skillevo's offline simulator, "
+                  "not a model. Costs are what the CLI computed from simulated usage.", ""]
+    sim = provenance["simulator"]
+    noise = f"`{sim['noise']}` noise, seed {sim['seed']}; " if sim else ""
+    served = provenance["served_models"]
+    lines += [f"- model: `{m['name']}` via `{m['backend']}`; effort: {provenance['effort'] or 'default'}",
+              f"- served by the API as: {', '.join(f'`{s}`' for s in served) or 'nothing (no session got an answer)'}"
+              + (" — **more than one model served this side**" if len(served) > 1 else ""),
+              f"- runs per arm: {provenance['runs']}; cells: {provenance['rows']} of {provenance['cells']} planned",
+              f"- simulator: {noise}replicate {provenance['replicate']}" if sim else
+              f"- replicate: {provenance['replicate']}",
+              f"- arms: {', '.join(a['name'] for a in provenance['arms'])}",
+              f"- skipped tasks: {skipped or 'none'}",
+              "",
+              "| task | class | arm | resolved | cost $ | input tok | output tok | turns | wall s | churn | errors |",
+              "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for (task, arm), a in sorted(aggs.items()):
+        churn = ("—" if a["diff_files"] is None
+                 else f"{a['diff_files']:.0f}f +{a['diff_insertions']:.0f} −{a['diff_deletions']:.0f}")
+        errors = ", ".join(f"{k}×{n}" for k, n in a["error_kinds"].items()) or "—"
+        lines.append(f"| {task} | {a['class']} | {arm} | {a['resolved']}/{a['valid_runs']} "
+                     f"({a['excluded_runs']} excluded) | "
+                     f"{_fmt(a['cost_usd'], 4)} | {_fmt(a['input_tokens'])} | {_fmt(a['output_tokens'])} | "
+                     f"{_fmt(a['num_turns'])} | {_fmt(a['wall_s'], 1)} | {churn} | {errors} |")
+    lines += ["", "Medians over valid runs. Token and turn columns count the main agent loop only.", ""]
+    lines += against_baseline(provenance, aggs)
+    alarms = contamination(rows)
+    if alarms:
+        lines += ["## Contamination alarm", ""]
+        if m["simulated"]:
+            lines += ["(The simulated agent follows the same playbook in every arm, so identical patches across arms "
+                      "are expected here; with a real model they suggest that workspaces leaked between cells.)", ""]
+        lines += [f"- {a}" for a in alarms] + [""]
+    return "\n".join(lines)
+
+
+def write_report(path: Path, provenance: dict[str, Any], rows: list[dict[str, Any]]) -> None:
+    safefs.write_atomic(path, render(provenance, rows).encode())

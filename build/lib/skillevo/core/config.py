@@ -1,0 +1,346 @@
+"""params.yaml, read once: defaults from schemas/params.schema.json, validated, returned as frozen typed sections.
+
+The schema is the only place a default or a range is written. Missing keys are filled from it before
+validation, so a typo (`runz`) is refused rather than silently left at its default, and every number must be
+finite. Stages and library modules take the sections they need from `Params`; nothing reads params.yaml
+any other way.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, fields
+from datetime import UTC, date, datetime
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any, TypeVar
+
+import yaml
+
+from skillevo.core import documents, layout, models, safefs
+from skillevo.core.arms import Arm, Session, check_shapes
+from skillevo.core.errors import BadInput
+from skillevo.core.limits import Limits
+from skillevo.core.schemas import fill_defaults, load_schema, validate
+
+SCHEMA = "params"
+MAX_PARAMS_BYTES = 1 << 20
+
+
+@dataclass(frozen=True)
+class ModelParams:
+    backend: str  # simulator | anthropic | endpoint
+    name: str
+    base_url: str | None
+    effort: str | None
+
+    @property
+    def simulated(self) -> bool:
+        return self.backend == "simulator"
+
+
+@dataclass(frozen=True)
+class SkillsParams:
+    evolvable: tuple[str, ...]
+    skills: str  # the canonical directory, repo-relative
+    mirrors: tuple[str, ...]
+    frontmatter_keys: frozenset[str] = frozenset()  # allowed beyond the specification's (skillevo.core.frontmatter)
+    root: str = "."  # the git repository's root, relative to the pipeline's folder: skills and mirrors are below it
+
+    @property
+    def roots(self) -> tuple[str, ...]:
+        """Every directory that holds the family: the canonical one first, then the mirrors."""
+        return (self.skills, *self.mirrors)
+
+
+@dataclass(frozen=True)
+class TasksParams:
+    target_roots: tuple[str, ...]
+    gate: tuple[str, ...]  # skillevo.core.tasks.split reads these three
+    evidence: tuple[str, ...]
+    shared: bool
+
+
+@dataclass(frozen=True)
+class EvidenceParams:
+    max_rows: int
+    max_transcripts_per_row: int
+    max_file_bytes: int
+    max_bundle_bytes: int
+    max_learnings: int
+    verify_tail_chars: int
+    max_rejected: int  # newest rejected candidates of this incumbent the proposer sees (skillevo.core.memory)
+
+
+@dataclass(frozen=True)
+class ProposeParams:
+    max_changed_lines: int
+    timeout_s: float
+    model: str | None
+    allow: tuple[str, ...] = ()  # supporting-files | scripts | privileged-frontmatter (skillevo.core.overlay)
+
+
+@dataclass(frozen=True)
+class SimulatorParams:
+    noise: str  # none | demo | realistic | drifting (skillevo.simulator.noise)
+    seed: int
+
+
+@dataclass(frozen=True)
+class SequentialParams:
+    """`sampling.sequential`: the candidate side's looks and the rule skillevo.core.sampling.interim stops them by."""
+
+    enabled: bool
+    first: int  # candidate runs per (task, arm) at the first look
+    batch: int  # added at each later look, up to sampling.runs
+    metric: str
+    alpha: float  # efficacy, spent over the looks
+    min_improvement_pct: float
+    max_resolution_drop_pct: float
+    min_total_runs: int  # an early stop to promote needs this many valid runs per arm over the gate's tasks
+    futility_p_value: float
+    futility_confidence: float  # 0: off
+    futility_below_pct: float  # the saving worth the remaining runs (the plan's design alternative)
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    runs: int  # the candidate side's runs per (task, arm), its controls' too
+    incumbent_runs: int  # the incumbent side's
+    replicate: int
+    prior_cv: float
+    power: float
+    sequential: SequentialParams
+
+
+@dataclass(frozen=True)
+class BenchParams:
+    workers: int
+    executor: str  # local | ray
+    ray_address: str | None
+    ray_max_retries: int
+    ray_cell_resources: Mapping[str, float]
+    include_expensive: bool
+    phase_timeout_s: float
+    max_retries: int
+    churn_exclude: tuple[str, ...]
+    limits: Limits
+    max_consecutive_failures: int = 5  # systemic failures in a row that stop a side (skillevo.bench.side)
+    max_excluded_pct: float = 20.0  # more excluded rows than this fail the side
+    canary: bool = False  # a reused incumbent arm pays one stored cell again (skillevo/bench/canary.py)
+    canary_tolerance: float = 1.5  # how far outside the stored runs' range a canary's metric may lie
+
+
+@dataclass(frozen=True)
+class Policy:
+    """The gate's policy (`gate:`). Bound whole into promotion.json, so apply sees exactly what the gate saw."""
+
+    policy: str  # per_resolved | geometric | seed
+    metric: str
+    min_runs: int
+    min_total_runs: int  # valid runs per arm over the gate's tasks before the cost test is trusted
+    alpha: float
+    min_improvement_pct: float
+    quality_alpha: float
+    max_resolution_drop_pct: float
+    quality_promotion_alpha: float
+    max_task_regression_pct: float
+    max_failed_task_regression_pct: float
+    min_gated_task_ratio: float
+    resolution_margin: int
+    max_age_days: int
+    look_boundary: str  # spending | bonferroni: the level at a sequential candidate side's stopped look
+
+    @property
+    def cost_alpha(self) -> float:
+        """The level the metric is tested at: alpha less the part reserved for promotions on resolution alone."""
+        return self.alpha - self.quality_promotion_alpha
+
+    @classmethod
+    def from_dict(cls, values: Mapping[str, Any], source: str = "gate policy") -> Policy:
+        """Missing keys take the schema's defaults; an unknown key or a bad value is BadInput naming `source`."""
+        return section(cls, "gate", values, source)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class Params:
+    source: str
+    model: ModelParams
+    skills: SkillsParams
+    tasks: TasksParams
+    evidence: EvidenceParams
+    propose: ProposeParams
+    arms: Mapping[str, Arm]
+    bench: BenchParams
+    gate: Policy
+    simulator: SimulatorParams
+    sampling: SamplingParams
+    notes: tuple[str, ...] = ()  # warnings worth printing (a short model id, a deprecated model)
+
+    @property
+    def proposer_model(self) -> str:
+        return self.propose.model or self.model.name
+
+
+T = TypeVar("T")
+
+
+def _typed(cls: type[T], values: Mapping[str, Any]) -> T:
+    """A section dataclass from validated values: lists become tuples, mappings read-only, floats floats."""
+    out = {}
+    for f in fields(cls):  # type: ignore[arg-type]
+        value = values[f.name]
+        if isinstance(value, list):
+            value = tuple(value)
+        elif isinstance(value, dict):
+            value = MappingProxyType(dict(value))
+        elif f.type in ("float", "float | None") and isinstance(value, int) and not isinstance(value, bool):
+            value = float(value)
+        out[f.name] = value
+    return cls(**out)
+
+
+def _check_plain(value: Any, source: str, path: str = "$") -> None:
+    """YAML can say things JSON cannot: non-string keys, NaN, infinities, dates. Refuse them by key path."""
+    if isinstance(value, dict):
+        for key, sub in value.items():
+            if not isinstance(key, str):
+                raise BadInput(f"{source}: {path}: key {key!r} is not a string (rule: string keys)")
+            _check_plain(sub, source, f"{path}.{key}")
+    elif isinstance(value, list):
+        for i, sub in enumerate(value):
+            _check_plain(sub, source, f"{path}[{i}]")
+    elif isinstance(value, float) and not math.isfinite(value):
+        raise BadInput(f"{source}: {path}: {value} is not a finite number (rule: finite numbers)")
+    elif not (value is None or isinstance(value, (str, int, float, bool))):
+        raise BadInput(f"{source}: {path}: {value!r} is a {type(value).__name__}, not a JSON value "
+                       "(quote it) (rule: plain values)")
+
+
+def section(cls: type[T], name: str, values: Mapping[str, Any], source: str) -> T:
+    """One section on its own (a promotion's embedded policy, a test's limits), defaults filled, validated."""
+    _check_plain(dict(values), source, "$")
+    filled = fill_defaults(dict(values), load_schema(SCHEMA)["$defs"][name], load_schema(SCHEMA))
+    validate(filled, SCHEMA, source, definition=name)
+    if name == "gate":
+        _check_gate(filled, source, "$")
+    if cls is SamplingParams:
+        return _sampling(filled)  # type: ignore[return-value]
+    return _typed(cls, filled)
+
+
+def _sampling(filled: Mapping[str, Any]) -> SamplingParams:
+    return _typed(SamplingParams, {**filled, "sequential": _typed(SequentialParams, filled["sequential"])})
+
+
+def _check_gate(gate: Mapping[str, Any], source: str, path: str) -> None:
+    """What the schema cannot say: the part of alpha reserved for resolution must leave some for the metric."""
+    if gate["quality_promotion_alpha"] >= gate["alpha"]:
+        raise BadInput(f"{source}: {path}.quality_promotion_alpha: {gate['quality_promotion_alpha']} is not less "
+                       f"than alpha {gate['alpha']} (rule: the metric is tested at alpha minus it)")
+
+
+def _normalise_family(filled: dict[str, Any]) -> None:
+    """The one normal form of the family's directories (layout.repo_dir), in place, before anything uses them."""
+    family = filled.get("skills")
+    paths = family.get("paths") if isinstance(family, dict) else None
+    if not isinstance(paths, dict):
+        return  # validation names what is wrong
+    if isinstance(paths.get("skills"), str):
+        paths["skills"] = layout.repo_dir(paths["skills"])
+    if isinstance(paths.get("mirrors"), list):
+        paths["mirrors"] = [layout.repo_dir(m) if isinstance(m, str) else m for m in paths["mirrors"]]
+
+
+def parse(doc: Any, source: str = "params.yaml", *, today: date | None = None) -> Params:
+    """Typed params from a parsed document; BadInput names `source`, the key path and the rule."""
+    if doc is None:
+        doc = {}
+    if not isinstance(doc, dict):
+        raise BadInput(f"{source}: must be a mapping of sections (rule: params.yaml shape)")
+    _check_plain(doc, source)
+    filled = fill_defaults(doc, load_schema(SCHEMA))
+    _normalise_family(filled)
+    validate(filled, SCHEMA, source)
+    _check_gate(filled["gate"], source, "$.gate")
+    paths = filled["skills"]["paths"]
+    if paths["skills"] in paths["mirrors"]:
+        raise BadInput(f"{source}: $.skills.paths.mirrors: {paths['skills']!r} is the canonical directory itself "
+                       "(rule: a mirror is another directory)")
+    today = today or datetime.now(UTC).date()
+    notes = [*models.check_id(filled["model"]["name"], f"{source}: model.name", today)]
+    if filled["propose"]["model"] is not None:
+        notes += models.check_id(filled["propose"]["model"], f"{source}: propose.model", today)
+    arms = {name: Arm(name, name, tuple(Session(s["skill"], s["prompt"], None if s["writes"] is None else
+                                                tuple(s["writes"])) for s in spec["sessions"]))
+            for name, spec in sorted(filled["arms"].items())}
+    check_shapes(arms, source)
+    skills = filled["skills"]
+    return Params(
+        source=source,
+        model=_typed(ModelParams, filled["model"]),
+        skills=SkillsParams(tuple(skills["evolvable"]), skills["paths"]["skills"], tuple(skills["paths"]["mirrors"]),
+                            frozenset(skills["frontmatter_keys"]), skills["root"]),
+        tasks=_typed(TasksParams, filled["tasks"]),
+        evidence=_typed(EvidenceParams, filled["evidence"]),
+        propose=_typed(ProposeParams, filled["propose"]),
+        arms=MappingProxyType(arms),
+        bench=_typed(BenchParams, {**filled["bench"], "limits": Limits(**filled["bench"]["limits"])}),
+        gate=_typed(Policy, filled["gate"]),
+        simulator=_typed(SimulatorParams, filled["simulator"]),
+        sampling=_sampling(filled["sampling"]),
+        notes=tuple(notes),
+    )
+
+
+def load(path: str | Path = "params.yaml", *, today: date | None = None, skills: str | None = None,
+         mirrors: list[str] | None = None) -> Params:
+    """params.yaml from disk: bounded, capped YAML, then parse().
+
+    `skills` and `mirrors` are the family's directories as dvc.yaml passes them (from `skills.paths`); they take
+    the place of that section and pass the same checks.
+    """
+    doc = documents.load_yaml(path, what="params file", max_bytes=MAX_PARAMS_BYTES)
+    if (skills is not None or mirrors is not None) and isinstance(doc, dict):
+        family = doc.setdefault("skills", {})
+        paths = family.setdefault("paths", {}) if isinstance(family, dict) else None
+        if isinstance(paths, dict):
+            paths.update({k: v for k, v in (("skills", skills), ("mirrors", mirrors)) if v is not None})
+    return parse(doc, str(path), today=today)
+
+
+def evidence_limits(**overrides: Any) -> EvidenceParams:
+    """The `evidence:` section with the schema's defaults, for callers that build a bundle without params.yaml."""
+    return section(EvidenceParams, "evidence", overrides, "evidence limits")
+
+
+def set_value(path: str | Path, section_name: str, key: str, value: Any) -> None:
+    """Change one `section: key:` scalar in a params file in place, keeping its comments and layout (what
+    `make evolve` does to sampling.replicate and simulator.noise), then check the whole file still loads."""
+    path = Path(path)
+    lines = path.read_text(encoding="utf-8").split("\n")
+    rendered = yaml.safe_dump(value, default_flow_style=True).strip().removesuffix("...").strip()
+    try:
+        start = lines.index(f"{section_name}:") if f"{section_name}:" in lines else next(
+            i for i, line in enumerate(lines) if re.match(rf"{re.escape(section_name)}:\s*(#.*)?$", line))
+    except StopIteration:
+        lines += [f"{section_name}:", f"  {key}: {rendered}"]
+    else:
+        end = next((i for i in range(start + 1, len(lines)) if lines[i] and not lines[i][0].isspace()
+                    and not lines[i].startswith("#")), len(lines))
+        pattern = re.compile(rf"^(\s+){re.escape(key)}:\s*[^#\n]*?(\s*#.*)?$")
+        for i in range(start + 1, end):
+            match = pattern.match(lines[i])
+            if match and len(match.group(1)) == 2:
+                comment = match.group(2) or ""
+                lines[i] = f"  {key}: {rendered}{comment}"
+                break
+        else:
+            lines.insert(start + 1, f"  {key}: {rendered}")
+    safefs.write_atomic(path, "\n".join(lines).encode("utf-8"))
+    load(path)

@@ -1,0 +1,50 @@
+"""Content digests. Every binding in the pipeline is a sha256 of exact bytes."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+
+def sha256_bytes(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def sha256_text(text: str) -> str:
+    return sha256_bytes(text.encode("utf-8"))
+
+
+def sha256_file(path: str | Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def canonical_json(obj: Any) -> bytes:
+    """One byte form per value: sorted keys, no spaces, UTF-8, no NaN."""
+    return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode()
+
+
+def sha256_json(obj: Any) -> str:
+    return sha256_bytes(canonical_json(obj))
+
+
+def framed_digest(entries: Iterable[tuple[str, bytes]]) -> str:
+    """sha256 over (path, content) pairs sorted by path.
+
+    Framing, per entry in ascending order of the UTF-8 path bytes: 8-byte big-endian length of the
+    path, the path bytes, 8-byte big-endian length of the content, the content bytes. Length framing
+    makes the encoding injective: no two different sets of files can produce the same byte stream.
+    """
+    h = hashlib.sha256()
+    for path, content in sorted(((p.encode("utf-8"), c) for p, c in entries), key=lambda e: e[0]):
+        h.update(len(path).to_bytes(8, "big"))
+        h.update(path)
+        h.update(len(content).to_bytes(8, "big"))
+        h.update(content)
+    return h.hexdigest()

@@ -1,0 +1,204 @@
+"""Freeze: validate the candidate overlay, copy it read-only, and bind it and every apply destination by digest.
+
+The manifest is what the candidate bench, the gate and apply trust: the overlay digest, the candidate arms it
+requires, and the committed sha256 of every file an apply would replace (the canonical skill file and its
+copy in every mirror), or, for a file the overlay adds, that nothing is there at HEAD or in the working tree
+(null): apply creates it only where nothing is. A mirror is a byte copy of the canonical family: one that has
+drifted was never measured, so freeze refuses it rather than let apply overwrite it. An overlay that makes,
+once normalised, the change the gate already found futile against this incumbent (skillevo.core.memory) is refused:
+measuring it again would pay for a verdict we have.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+import subprocess
+from pathlib import Path
+from typing import Any
+
+from skillevo.core import arms, documents, layout, memory, overlay, safefs
+from skillevo.core import tasks as tasks_mod
+from skillevo.core.config import Params
+from skillevo.core.digests import sha256_bytes
+from skillevo.core.errors import BadInput, BrokenEnvironment
+from skillevo.core.oracle_guard import OracleGuard
+from skillevo.core.schemas import validate
+
+MANIFEST = "manifest.json"
+OVERLAY = "overlay"
+ABSENT_RULE = "(rule: a new file's destinations are absent at HEAD and in the working tree)"
+
+
+def _git(repo: Path, *args: str) -> subprocess.CompletedProcess[bytes]:
+    return subprocess.run(["git", "-c", "core.fsmonitor=false", "-C", str(repo), *args], capture_output=True)
+
+
+def committed_modes(repo: Path, paths: list[str]) -> dict[str, str]:
+    """Each path's mode as HEAD records it (100644, 100755); the working tree's execute bit must agree."""
+    listed = _git(repo, "ls-tree", "-z", "HEAD", "--", *paths)
+    if listed.returncode != 0:
+        raise BrokenEnvironment(f"git ls-tree failed in {repo}: {listed.stderr.decode(errors='replace').strip()}")
+    modes = {}
+    for entry in listed.stdout.split(b"\0"):
+        if entry:
+            meta, _, path = entry.partition(b"\t")
+            modes[path.decode()] = meta.split()[0].decode()
+    for path in paths:
+        live = "100755" if os.lstat(repo / path).st_mode & 0o111 else "100644"
+        if modes.get(path) != live:
+            raise BadInput(f"{repo / path}: its execute bit differs from HEAD ({modes.get(path)} committed, {live} "
+                           "here); commit or restore it first (rule: no drift)")
+    return modes
+
+
+def committed_digests(repo: Path, paths: list[str]) -> dict[str, str]:
+    """sha256 of each path's committed bytes at HEAD, which must equal the working tree's."""
+    out = {}
+    for path in paths:
+        shown = _git(repo, "show", f"HEAD:{path}")
+        if shown.returncode != 0:
+            hint = ("an uncommitted file: commit it or move it aside" if os.path.lexists(repo / path) else
+                    "and it does not exist: a mirror without it? sync the mirror and commit")
+            raise BadInput(f"{repo / path}: has no committed base at HEAD ({hint}) (rule: apply replaces committed "
+                           "files only)")
+        live = safefs.read_below(repo, path, max_bytes=layout.MAX_SKILL_FILE_BYTES, what="destination")
+        if live != shown.stdout:
+            raise BadInput(f"{repo / path}: differs from its committed bytes; commit or restore it first "
+                           "(rule: no drift)")
+        out[path] = sha256_bytes(shown.stdout)
+    return out
+
+
+def absent_destinations(repo: Path, paths: list[str]) -> list[str]:
+    """`paths` (where apply would create the overlay's new files), each with nothing at HEAD and nothing in the
+    working tree: an untracked or ignored file, a directory or a symlink there, or a symlink or file in place
+    of a directory on the way, would be overwritten or followed by a create, and was never measured."""
+    if not paths:
+        return paths
+    listed = _git(repo, "ls-tree", "-z", "--name-only", "HEAD", "--", *paths)
+    if listed.returncode != 0:
+        raise BrokenEnvironment(f"git ls-tree failed in {repo}: {listed.stderr.decode(errors='replace').strip()}")
+    at_head = {entry.decode() for entry in listed.stdout.split(b"\0") if entry}
+    for path in paths:
+        if path in at_head:
+            raise BadInput(f"{repo / path}: is committed at HEAD, yet the overlay adds it as a new file (it is missing "
+                           "from the canonical skill, or a mirror holds a file the canonical skill lacks); commit or "
+                           f"restore the skills first {ABSENT_RULE}")
+        parts = safefs.plain_parts(path, str(repo / path))
+        try:
+            fd, found = safefs.open_existing_below(repo, parts[:-1], str(repo))
+        except BadInput as e:
+            raise BadInput(f"{repo}/{e}; a new file is created only below plain directories {ABSENT_RULE}") from None
+        try:
+            st = os.lstat(parts[-1], dir_fd=fd) if found == len(parts) - 1 else None
+        except FileNotFoundError:
+            st = None
+        finally:
+            os.close(fd)
+        if st is None:
+            continue
+        if stat.S_ISLNK(st.st_mode) or stat.S_ISDIR(st.st_mode):
+            kind = "a symlink" if stat.S_ISLNK(st.st_mode) else "a directory"
+        elif _git(repo, "check-ignore", "-q", "--", path).returncode == 0:
+            kind = "a file git ignores"
+        else:
+            kind = "a file that is not committed"
+        raise BadInput(f"{repo / path}: is {kind}, where the overlay adds a new file; apply never overwrites it: "
+                       f"move it aside {ABSENT_RULE}")
+    return paths
+
+
+def _check_mirrors(rels: list[str], digests: dict[str, str], modes: dict[str, str], params: Params) -> None:
+    for rel in rels:
+        canonical = (digests[f"{params.skills.skills}/{rel}"], modes[f"{params.skills.skills}/{rel}"])
+        for mirror in params.skills.mirrors:
+            if (digests[f"{mirror}/{rel}"], modes[f"{mirror}/{rel}"]) != canonical:
+                raise BadInput(f"{mirror}/{rel}: is not a copy of {params.skills.skills}/{rel}, bytes and mode (params "
+                               "skills.paths.mirrors are copies apply keeps in step; sync the mirror and commit) "
+                               "(rule: mirrors match)")
+
+
+def proposer_model(session: Path) -> str:
+    record = validate(documents.load_json(session, what="proposer session record"), "session-record", session)
+    return record["model"]
+
+
+def _not_rejected(overlay_dir: Path, files: dict[str, bytes], executables: set[str], family: dict[str, bytes],
+                  family_executables: set[str], rejected: Path) -> None:
+    loaded = memory.load(rejected)
+    if loaded is None:
+        return
+    match = memory.futile_match(family, family_executables, files, executables, loaded[0])
+    if match is None:
+        return
+    changed = [rel for rel in sorted(files) if memory.normalised_diff(family, family_executables, {rel: files[rel]},
+                                                                       executables)]
+    futile = ", ".join(f"{d['candidate_arm']}: {d['decision']}" for d in match["decisions"])
+    raise overlay.OverlayRefused(
+        f"overlay file {', '.join(str(overlay_dir / rel) for rel in changed or sorted(files))}: makes the change of "
+        f"generation {match['generation']}'s candidate once normalised (docs/formats.md, Rejected candidates), which "
+        f"the gate rejected for futility against this same incumbent ({futile}; {rejected}) (rule: no futile "
+        "re-proposal)")
+
+
+def freeze(overlay_dir: Path, *, params: Params, tasks_file: Path, repo: Path, out: Path,
+           session: Path | None, rejected: Path | None = None) -> dict[str, Any]:
+    """Validate `overlay_dir`, write `<out>/overlay` (0444/0555) and `<out>/manifest.json`; return the manifest.
+
+    `session` is the proposer's session record (for its model); None for a hand-written candidate. `rejected` is
+    the generations' memory (previous/memory/rejected.json); a missing file means none yet.
+    """
+    limits = overlay.Limits.from_params(params)
+    executables: set[str] = set()
+    files = overlay.read_overlay(overlay_dir, limits, executables)
+    family_executables: set[str] = set()
+    family = layout.read_family(repo / params.skills.skills, params.skills.frontmatter_keys, family_executables)
+    tasks = tasks_mod.load(tasks_file, target_roots=params.tasks.target_roots)
+    evolvable = set(params.skills.evolvable)
+    checked = overlay.validate(files, family, evolvable, OracleGuard.for_tasks(tasks), limits, params.skills.skills,
+                               family_executables, executables)
+    if rejected is not None:
+        _not_rejected(overlay_dir, files, executables, family, family_executables, rejected)
+    arms.check_skills(params.arms, layout.skill_names_in(family), params.source)
+    required = arms.required_candidate_arms({layout.skill_of(rel) for rel in files}, params.arms)
+    if not required:
+        raise BadInput(f"{overlay_dir}: no arm uses the skills this overlay touches (rule: required arms)")
+    model = proposer_model(session) if session is not None else None
+    def canonical_first(rels: set[str]) -> list[str]:  # a refusal names the canonical file when both are wrong
+        return [path for root in params.skills.roots for path in layout.destinations(rels, (root,))]
+
+    replaced, new = set(files) & set(family), set(files) - set(family)
+    # a new file goes into a skill every mirror carries as a copy: its SKILL.md is checked like a replaced file
+    carried = replaced | {f"{layout.skill_of(rel)}/{layout.SKILL_FILE}" for rel in new}
+    committed = committed_digests(repo, canonical_first(carried))
+    _check_mirrors(sorted(carried), committed, committed_modes(repo, list(committed)), params)
+    digests: dict[str, str | None] = {path: committed[path] for path in canonical_first(replaced)}
+    digests.update(dict.fromkeys(absent_destinations(repo, canonical_first(new))))
+    manifest = {
+        "schema_version": 1,
+        "overlay_digest": layout.tree_digest(files, executables),
+        "files": [{"path": rel, "sha256": sha256_bytes(data), "size": len(data), "executable": rel in executables}
+                  for rel, data in sorted(files.items())],
+        "required_candidate_arms": [a.name for a in required],
+        "destinations": dict(sorted(digests.items())),
+        "candidate_origin": "proposer" if session is not None else "hand-written",
+        "proposer_model": model,
+        "evolvable_skills": sorted(evolvable),
+        "changed_lines": checked.changed_lines,
+        "frontmatter_changes": checked.frontmatter_changes,
+        "script_changes": checked.script_changes,
+    }
+    validate(manifest, "freeze-manifest", out / MANIFEST)
+    if (out.exists() and not out.is_symlink() and out.is_dir()
+            and set(p.name for p in out.iterdir()) - {MANIFEST, OVERLAY}):
+        raise BadInput(f"{out}: holds more than a previous freeze ({MANIFEST}, {OVERLAY}/); refusing to replace it")
+    safefs.remove_tree(out)
+    safefs.write_tree(out / OVERLAY, files, file_mode=0o444, dir_mode=0o555, executables=executables)
+    frozen_executables: set[str] = set()
+    frozen = safefs.read_tree(out / OVERLAY, max_file_bytes=limits.max_file_bytes,
+                              max_total_bytes=limits.max_total_bytes, executables=frozen_executables)
+    if frozen != files or frozen_executables != executables:
+        raise BrokenEnvironment(f"{out / OVERLAY}: the frozen copy differs from the validated overlay")
+    safefs.write_atomic(out / MANIFEST, documents.dump_json(manifest))
+    return manifest

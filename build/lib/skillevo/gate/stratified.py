@@ -1,0 +1,135 @@
+"""The tested promotion rules (`gate.policy: per_resolved`, the default, and `geometric`), docs/gate.md: a decision
+with a stated error rate.
+
+A candidate arm that is not better is promoted at most `alpha` of the time: it is promoted on the metric only
+when a one-sided test stratified by task rejects "not cheaper" at alpha less the share reserved for resolution
+(per_resolved: the candidate's metric per resolved task over the gate's tasks, what a team pays; geometric: the
+geometric-mean ratio per run, kept for comparison), and on resolution alone only when its own stratified test
+rejects "resolves no more" at that share. Apply needs every required arm, so over arms this is an
+intersection-union test and needs no correction. Quality comes first: a significant drop in resolution, or one
+that the runs cannot bound within the stated margin, never promotes. Too few runs for the test to be trusted
+(gate.min_total_runs: heavy tails would go unseen) is insufficient evidence, never a promotion. A candidate side
+stopped at one of its planned looks is judged by the same rule at that look's levels (skillevo/gate/looks.py).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from skillevo import stats
+from skillevo.core.config import Policy
+from skillevo.gate.looks import Levels
+from skillevo.gate.verdict import (
+    INSUFFICIENT_EVIDENCE,
+    KEEP_INCUMBENT,
+    PROMOTE,
+    Pair,
+    Verdict,
+)
+
+__all__ = ["Verdict", "judge"]
+
+
+def judge(pairs: Sequence[Pair], policy: Policy, estimate: stats.Estimate | None, quality: stats.Quality | None,
+          levels: Levels) -> Verdict:
+    """`levels` are the fixed design's (alpha's shares) or, for a sequential candidate side, its stopped look's
+    (skillevo/gate/looks.py); `estimate` and `quality` were computed at them."""
+    metric = policy.metric
+    reasons = _missing_data(pairs, policy)
+    if reasons or quality is None:
+        return Verdict(INSUFFICIENT_EVIDENCE, reasons or ["no task has valid runs in both arms"])
+    if any(all(getattr(p, arm)["valid_runs"] < 2 for p in pairs) for arm in ("incumbent", "candidate")):
+        return Verdict(INSUFFICIENT_EVIDENCE, [f"the spread of {metric} cannot be estimated: no task has two "
+                                               "valid runs in an arm"])
+
+    q = quality
+    inc, cand = q.incumbent, q.candidate
+    shares = f"{inc[0]}/{inc[1]} -> {cand[0]}/{cand[1]} resolved"
+    if q.decrease_p_value is not None and q.decrease_p_value <= policy.quality_alpha:
+        return Verdict(KEEP_INCUMBENT, [f"resolution fell ({shares}): the stratified test for a decrease gives "
+                                        f"p={q.decrease_p_value:.3g}, at or below quality_alpha "
+                                        f"{policy.quality_alpha:g}"])
+    if q.drop_upper_pct > policy.max_resolution_drop_pct:
+        bound = (f"a resolution drop of up to {q.drop_upper_pct:.1f} points cannot be ruled out at "
+                 f"{100 * (1 - levels.drop):.6g}% confidence ({shares}; at most {policy.max_resolution_drop_pct:g} "
+                 "allowed)")
+        if q.drop_pct > 0:
+            return Verdict(KEEP_INCUMBENT, [f"resolution fell by {q.drop_pct:.1f} points and {bound}"])
+        needed = stats.runs_to_bound_drop(policy.max_resolution_drop_pct, levels.drop)
+        return Verdict(INSUFFICIENT_EVIDENCE, [f"{bound}: even with every run resolved it takes at least {needed} "
+                                               "valid runs per arm over all tasks; raise sampling.runs"])
+
+    short = _too_few_for_tails(pairs, policy)
+    if short:  # quality can keep the incumbent on few runs; nothing can promote on them
+        return Verdict(INSUFFICIENT_EVIDENCE, [short])
+
+    alone = levels.quality_alone
+    rises = alone > 0 and q.increase_p_value is not None and q.increase_p_value <= alone
+    rose = "" if not rises else (f"resolution rose ({shares}): the stratified test for an increase gives "
+                                 f"p={q.increase_p_value:.3g}, at or below quality_promotion_alpha {alone:g}")
+    if estimate is None:
+        if policy.policy == "geometric":
+            return Verdict(INSUFFICIENT_EVIDENCE, [f"the spread of {metric} cannot be estimated: no task has two "
+                                                   "valid runs in an arm"])
+        if cand[0] == 0:
+            return Verdict(KEEP_INCUMBENT, [f"the candidate resolved no run ({shares}): its {metric} per resolved "
+                                            "task is unbounded"])
+        if inc[0] == 0:
+            if rises:
+                return Verdict(PROMOTE, [f"{rose}; the incumbent resolved no run, so its {metric} per resolved task "
+                                         "is unbounded"])
+            return Verdict(INSUFFICIENT_EVIDENCE, [f"the incumbent resolved no run ({shares}): {metric} per resolved "
+                                                   "task cannot be compared, and the rise in resolution is not "
+                                                   "significant"])
+        return Verdict(INSUFFICIENT_EVIDENCE, [f"{metric} is zero in every run of an arm: nothing to compare"])
+
+    level = levels.cost
+    what = "per resolved task" if estimate.estimand == "per_resolved" else "per run (geometric mean)"
+    shown = estimate.to_dict(level)  # the figures promotion.json and the report show, rounded once, alike
+    low, high = shown["interval_pct"]
+    found = (f"{metric} {what}: estimated improvement {stats.improvement_text(shown)} ({100 * (1 - 2 * level):.4g}% "
+             f"interval {stats.bound_text(low)} to {stats.bound_text(high)}), one-sided {stats.p_text(shown)} "
+             f"against 'not cheaper' at level {level:.3g}")
+    if estimate.p_value <= level and estimate.improvement_pct >= policy.min_improvement_pct:
+        return Verdict(PROMOTE, [f"{found}; at least {policy.min_improvement_pct:g}% required"])
+    if rises and estimate.p_value_worse > level:
+        return Verdict(PROMOTE, [f"{rose}, and {metric} is not significantly worse ({found})"])
+    if estimate.p_value > level:
+        why = "not significant"
+    else:
+        why = f"significant, but below the required {policy.min_improvement_pct:g}%"
+    return Verdict(KEEP_INCUMBENT, [f"{found}: {why}"])
+
+
+def _missing_data(pairs: Sequence[Pair], policy: Policy) -> list[str]:
+    """Every task needs min_runs valid runs per arm with the metric measured in each (and positive, for a log
+    scale)."""
+    metric, reasons = policy.metric, []
+    for pair in pairs:
+        n_inc, n_cand = pair.incumbent["valid_runs"], pair.candidate["valid_runs"]
+        if n_inc < policy.min_runs or n_cand < policy.min_runs:
+            reasons.append(f"{pair.task}: needs at least {policy.min_runs} valid runs per arm (got {n_inc}/{n_cand})")
+            continue
+        values = [s[metric] for agg in (pair.incumbent, pair.candidate) for s in agg["samples"]]
+        unmeasured = sum(1 for v in values if v is None)
+        if unmeasured:
+            reasons.append(f"{pair.task}: {metric} was not measured in {unmeasured} valid run(s); an unmeasured run "
+                           "is never read as free")
+        elif policy.policy == "geometric" and any(v <= 0 for v in values):
+            reasons.append(f"{pair.task}: {metric} is zero in {sum(1 for v in values if v <= 0)} valid run(s); the "
+                           "log-scale test needs positive values (choose a metric with signal)")
+    return reasons
+
+
+def _too_few_for_tails(pairs: Sequence[Pair], policy: Policy) -> str | None:
+    """Each arm needs min_total_runs valid runs over the gate's tasks before anything promotes (per_resolved): with
+    fewer, a costly behaviour in a few percent of runs often goes unseen (docs/gate.md)."""
+    if policy.policy != "per_resolved" or not pairs:
+        return None
+    totals = [sum(p.incumbent["valid_runs"] for p in pairs), sum(p.candidate["valid_runs"] for p in pairs)]
+    if min(totals) >= policy.min_total_runs:
+        return None
+    per_task = -(-policy.min_total_runs // len(pairs))
+    return (f"{min(totals)} valid runs in an arm over the {len(pairs)} gate task(s) (incumbent {totals[0]}, candidate "
+            f"{totals[1]}): the cost test needs at least {policy.min_total_runs} (gate.min_total_runs) before a costly "
+            f"behaviour in a few percent of runs is reliably seen; run at least {per_task} per task (sampling.runs)")

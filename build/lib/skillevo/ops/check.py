@@ -1,0 +1,53 @@
+"""`skillevo check` (`make check`): everything that can be known wrong before any money is spent, one line per
+problem (skillevo/check.py says what is checked). Exit 0 when nothing is, 2 when something is, 69 when the machine
+cannot run the sandbox.
+
+    skillevo check                 # params, tasks, skills, the gate's design, the credential, then each task
+    skillevo check --no-tasks      # everything but the sandboxed runs of each task's setup and checks
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from skillevo import check, sandbox
+from skillevo.core import layout, stage
+from skillevo.core.errors import BadInput
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="skillevo check", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--params", type=Path, default=layout.PARAMS, help="[%(default)s]")
+    p.add_argument("--tasks", type=Path, default=layout.TASKS_FILE, help="[%(default)s]")
+    p.add_argument("--modes", type=Path, default=layout.MODES, help="[%(default)s]")
+    p.add_argument("--repo", type=Path, default=None,
+                   help="the git repository the skills paths are relative to [params skills.root]")
+    p.add_argument("--no-tasks", action="store_true", help="skip the sandboxed runs of each task")
+    return p
+
+
+def run(args: argparse.Namespace) -> str:
+    problems, params, loaded = check.configuration(args.params, args.tasks, args.modes, args.repo)
+    ran = 0
+    if params is not None and loaded and not args.no_tasks:
+        sandbox.preflight()
+        problems += check.run_tasks(loaded, params, str(args.tasks),
+                                    on_task=lambda t: print(f"check: task {t.id} ...", file=sys.stderr, flush=True))
+        ran = len(loaded)
+    for line in problems:
+        print(f"check: {line}", file=sys.stderr, flush=True)
+    if problems:
+        raise BadInput(f"{len(problems)} problem(s) above; fix them before `dvc repro` (rule: check before paying)")
+    tasks_part = f"{ran} task(s) set up and unsolved as given" if ran else "tasks not run (--no-tasks)"
+    return f"check: ok: params, tasks, skills, the gate's design and the backend; {tasks_part}"
+
+
+def main(argv: list[str] | None = None) -> int:
+    return stage.main("check", parser(), run, argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

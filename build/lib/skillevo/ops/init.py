@@ -1,0 +1,159 @@
+"""`skillevo init [DIR]`: set this repository up to evolve its own skills, in a folder of its own.
+
+    skillevo init evolve                           # .claude/skills, found; the pipeline in evolve/
+    skillevo init evolve --skills .claude/skills --mirrors plugins/x/skills
+
+Writes DIR/dvc.yaml (the pipeline this package ships, the same file skillevo's own demo runs), DIR/params.yaml
+(skills and mirrors relative to the repository's git root, the root relative to DIR, every skill evolvable, an
+`auto` arm and a skill-free `baseline`, the offline simulator), DIR/tasks/ with one worked example on this
+repository (fill it in; `skillevo check` says what is still wrong), DIR/skill-modes.json, and .gitignore and
+.dvcignore entries; runs `dvc init` at the git root when the repository has no DVC yet. Nothing it would
+overwrite is touched: an existing file is refused, one line each. Paths outside the git root are refused.
+Then: `skillevo check`, `dvc repro` in DIR, `skillevo apply` there after a promotion.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import yaml
+
+from skillevo.core import config, layout, modes, safefs, stage
+from skillevo.core.errors import BadInput, BrokenEnvironment
+from skillevo.core.schemas import fill_defaults, load_schema
+
+TEMPLATE = Path(__file__).resolve().parents[1] / "template"  # pipeline.yaml: DVC collects any file named dvc.yaml
+EXAMPLE_ORACLE = '''"""The hidden check of the example task: replace it with tests that pass only once the task is done.
+
+The agent never sees this file; verify (in tasks.yaml) is the check it may run.
+"""
+
+
+def test_replace_me():
+    assert False, "write the hidden test of your task here"
+'''
+GITIGNORE = ["/results/", "/.skillevo/", "/previous/memory", "/generations/"]
+DVCIGNORE = ["__pycache__/", "*.pyc", ".pytest_cache/", ".hypothesis/", ".skillevo/"]
+
+
+def _git_root(where: Path) -> Path:
+    done = subprocess.run(["git", "-C", str(where), "rev-parse", "--show-toplevel"], capture_output=True, text=True)
+    if done.returncode != 0:
+        raise BadInput(f"{where}: not inside a git repository (rule: skillevo evolves a repository's committed skills)")
+    return Path(done.stdout.strip())
+
+
+def _inside(root: Path, rel: str, what: str) -> str:
+    """`rel` (relative to the git root) in layout's normal form, refused when it leaves the root."""
+    norm = layout.repo_dir(rel)
+    resolved = (root / norm).resolve()
+    if Path(norm).is_absolute() or not resolved.is_relative_to(root.resolve()) or ".." in Path(norm).parts:
+        raise BadInput(f"{what} {rel!r}: must be a directory inside the repository, relative to its git root "
+                       f"{root} (rule: paths inside the repository)")
+    return norm
+
+
+def params_doc(root_rel: str, skills: str, mirrors: list[str], evolvable: list[str]) -> dict:
+    """The params a new pipeline starts from, every key written out (DVC reads the keys dvc.yaml names from the
+    file itself, and knows nothing of the schema's defaults)."""
+    prompt = "{prompt}\nRun the verification in the foreground before you finish."
+    return fill_defaults({
+        "model": {"backend": "simulator", "name": "claude-sonnet-4-6", "base_url": None, "effort": None},
+        "skills": {"evolvable": evolvable, "root": root_rel, "paths": {"skills": skills, "mirrors": mirrors},
+                   "frontmatter_keys": []},
+        "tasks": {"target_roots": [root_rel], "gate": [], "evidence": [], "shared": False},
+        "arms": {"auto": {"sessions": [{"skill": "auto", "prompt": prompt}]},
+                 "baseline": {"sessions": [{"skill": "none", "prompt": prompt}]}},
+    }, load_schema(config.SCHEMA))
+
+
+def _example_tasks(tasks_to_root: str) -> dict:
+    oracle = ('python3 -m pytest -q -p no:cacheprovider --rootdir="$SKILLEVO_ORACLE_DIR" '
+              '"$SKILLEVO_ORACLE_DIR/test_example_oracle.py"')
+    return {"schema_version": 1, "tasks": [{
+        "id": "example", "class": "example", "target": tasks_to_root, "ref": "HEAD",
+        "prompt": "Replace with the task an agent gets: what to change, where, and which tests to add.",
+        "verify": "python3 -m pytest -q -p no:cacheprovider",
+        "oracle": {"command": oracle, "files": [{"source": "test_example_oracle.py",
+                                                  "target": "test_example_oracle.py"}]}}]}
+
+
+def _append_lines(path: Path, lines: list[str]) -> None:
+    have = path.read_text().splitlines() if path.is_file() else []
+    missing = [line for line in lines if line not in have]
+    if missing:
+        text = path.read_text() if path.is_file() else ""
+        path.write_text(text + ("" if not text or text.endswith("\n") else "\n") + "\n".join(missing) + "\n")
+
+
+def init(folder: Path, skills: str | None, mirrors: list[str]) -> list[Path]:
+    """Write the pipeline into `folder`; returns what was written."""
+    root = _git_root(folder if folder.exists() else folder.parent)
+    folder = folder.resolve()
+    if not folder.is_relative_to(root.resolve()):
+        raise BadInput(f"{folder}: outside the repository {root} (rule: paths inside the repository)")
+    skills = _inside(root, skills or ".claude/skills", "--skills")
+    mirrors = [_inside(root, m, "--mirrors") for m in mirrors]
+    family_dir = root / skills
+    if not family_dir.is_dir():
+        raise BadInput(f"{family_dir}: no skill family there; pass --skills DIR (relative to {root}) "
+                       "(rule: an existing family)")
+    executables: set[str] = set()
+    family = layout.read_family(family_dir, executables=executables)
+    names = layout.skill_names_in(family)
+    if not names:
+        raise BadInput(f"{family_dir}: holds no <skill>/SKILL.md (rule: an existing family)")
+    root_rel = os.path.relpath(root.resolve(), folder) if folder != root.resolve() else "."
+    files = {
+        folder / "dvc.yaml": (TEMPLATE / "pipeline.yaml").read_bytes(),
+        folder / "params.yaml": (b"# skillevo params (schema: skillevo/schemas/params.schema.json; docs/formats.md)\n"
+                                 + yaml.safe_dump(params_doc(root_rel, skills, mirrors, names), sort_keys=False)
+                                 .encode()),
+        folder / "tasks/tasks.yaml": yaml.safe_dump(_example_tasks(os.path.relpath(root.resolve(), folder / "tasks")),
+                                                    sort_keys=False).encode(),
+        folder / "tasks/oracles/test_example_oracle.py": EXAMPLE_ORACLE.encode(),
+        folder / "tasks/targets/.gitkeep": b"",
+        folder / "tasks/playbooks/.gitkeep": b"",
+        folder / "previous/.gitkeep": b"",
+        folder / "learnings.jsonl": b"",
+        folder / layout.MODES: modes.render(executables),
+    }
+    taken = [str(p) for p in files if os.path.lexists(p)]
+    if taken:
+        raise BadInput(f"{', '.join(taken)}: already there; init never overwrites (rule: nothing lost)")
+    for path, data in files.items():
+        safefs.write_atomic(path, data)
+    _append_lines(folder / ".gitignore", GITIGNORE)
+    if not (root / ".dvc").is_dir():
+        done = subprocess.run([sys.executable, "-m", "dvc", "init", "-q"], cwd=root, capture_output=True, text=True)
+        if done.returncode != 0:
+            raise BrokenEnvironment(f"dvc init failed in {root}: {done.stderr.strip()[-500:]}")
+    _append_lines(root / ".dvcignore", DVCIGNORE)
+    return sorted(files)
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="skillevo init", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("folder", type=Path, nargs="?", default=Path("evolve"), help="where the pipeline goes [%(default)s]")
+    p.add_argument("--skills", default=None, help="the skill family, relative to the git root [.claude/skills]")
+    p.add_argument("--mirrors", nargs="*", default=[], help="byte copies of it that apply keeps in step")
+    return p
+
+
+def run(args: argparse.Namespace) -> str:
+    written = init(args.folder, args.skills, args.mirrors)
+    return (f"init: {len(written)} files in {args.folder}; next: edit {args.folder}/tasks/tasks.yaml, commit, then "
+            f"`skillevo check` and `dvc repro` in {args.folder}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    return stage.main("init", parser(), run, argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,95 @@
+"""One proposer session in its own sandbox, and the validated export of what it wrote.
+
+The sandbox holds a copy of the incumbent skills, the evidence bundle read-only at /evidence and an
+empty output directory — never the tasks, oracles, targets, pipeline code or other results. Nothing
+leaves it until it passes the overlay rules.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from skillevo.agent import SessionSpec, run_session
+from skillevo.core import documents, frontmatter, layout, overlay, safefs
+from skillevo.core.errors import BadInput
+from skillevo.core.models import Credential, Model
+from skillevo.core.oracle_guard import OracleGuard
+from skillevo.sandbox import Mount
+
+PROMPT = Path(__file__).resolve().parent / "prompts/propose.md"  # the default template, shipped with the package
+EVIDENCE_DST = "/evidence"
+MAX_PROPOSAL_BYTES = 256 << 10
+MAX_PROMPT_BYTES = 64 << 10
+TOOLS = ("Read", "Write", "Edit", "Bash", "Glob", "Grep")
+
+
+class ProposalRefused(BadInput):
+    """The proposer's session failed, or what it wrote breaks a rule."""
+
+
+SCOPE = {
+    overlay.SUPPORTING_FILES: ("replace other files of an evolvable skill (references, data) that are not scripts, "
+                               "and add new files inside it"),
+    overlay.SCRIPTS: "edit a script (a file with an execute bit) or change an execute bit",
+}
+
+
+def render_prompt(template_path: Path, evolvable: list[str], max_changed_lines: int,
+                  allow: tuple[str, ...] | frozenset[str] = ()) -> str:
+    """The proposer's prompt, stating exactly what params propose.allow lets this overlay do."""
+    template = safefs.read_text(template_path, max_bytes=MAX_PROMPT_BYTES, what="proposer prompt template")
+    allowed = "; ".join(["replace Markdown files of an evolvable skill"]
+                        + [SCOPE[a] for a in sorted(SCOPE) if a in allow])
+    if overlay.SUPPORTING_FILES not in allow:
+        allowed += ". Adding a new file is not possible (params propose.allow does not list supporting-files)."
+    else:
+        allowed += "." if overlay.SCRIPTS in allow else ". A new file may not carry an execute bit."
+    keys = ", ".join(sorted(frontmatter.PRIVILEGED))
+    privileged = (f"You may change the frontmatter keys {keys} (params allow it)." if overlay.PRIVILEGED_FRONTMATTER
+                  in allow else f"Do not add, change or remove the frontmatter keys {keys}.")
+    return (template.replace("{evolvable}", ", ".join(evolvable)).replace("{max_changed_lines}", str(max_changed_lines))
+            .replace("{allowed}", allowed).replace("{privileged}", privileged))
+
+
+def frontmatter_note(checked: overlay.Checked) -> str:
+    """Appended to proposal.md by skillevo, not the proposer: a header or script change must be seen, not
+    trusted to prose."""
+    lines = ["## Frontmatter changes (computed by skillevo)", ""]
+    lines += [f"- {change}" for change in checked.frontmatter_changes] or ["None: every SKILL.md header is unchanged."]
+    lines += ["", "## Script changes (computed by skillevo)", ""]
+    lines += [f"- {change}" for change in checked.script_changes] or ["None: no script is added, edited or re-marked."]
+    return "\n".join(lines) + "\n"
+
+
+def run(*, prompt: str, skills_dir: Path, evidence_dir: Path, evolvable: list[str], model: Model,
+        credential: Credential | None, limits: overlay.Limits, out: Path, timeout_s: float) -> dict[str, Any]:
+    """Run the session; export overlay/, proposal.md and session.json to `out` (which must be empty)."""
+    if out.exists() and (out.is_symlink() or not out.is_dir() or any(out.iterdir())):
+        raise ProposalRefused(f"{out}: not an empty directory (rule: a proposal is written once)")
+    executables: set[str] = set()
+    family = layout.read_family(skills_dir, limits.frontmatter_keys, executables)
+    with tempfile.TemporaryDirectory(prefix="skillevo-propose-") as tmp:
+        ws = Path(tmp) / "ws"
+        safefs.write_tree(ws / "skills", family, executables=executables)
+        (ws / "out").mkdir(parents=True)
+        record = run_session(SessionSpec(
+            prompt=prompt, workspace=ws, model=model.name, endpoint=model.endpoint, credential=credential,
+            transcript_dir=out / "transcripts", transcript_name="proposer", expected_skill=None,
+            readonly_paths=(), mounts=(Mount(evidence_dir.absolute(), EVIDENCE_DST),), tools=TOOLS,
+            timeout_s=timeout_s, effort=model.effort))
+        safefs.write_atomic(out / "session.json", documents.dump_json(record))
+        if not record["ok"]:
+            raise ProposalRefused(f"the proposer session failed ({record['error_kind']}): {record['error_detail']}")
+        if not (ws / "out/overlay").exists():
+            raise ProposalRefused("the proposer wrote no overlay under out/overlay/ (rule: one overlay)")
+        overlay_executables: set[str] = set()
+        files = overlay.read_overlay(ws / "out/overlay", limits, overlay_executables)
+        checked = overlay.validate(files, family, set(evolvable), OracleGuard(()), limits, str(skills_dir),
+                                   executables, overlay_executables)
+        text = safefs.read_text(ws / "out/proposal.md", max_bytes=MAX_PROPOSAL_BYTES, what="out/proposal.md")
+    safefs.write_tree(out / "overlay", files, executables=overlay_executables)
+    safefs.write_atomic(out / "proposal.md", (text.rstrip("\n") + "\n\n" + frontmatter_note(checked)).encode())
+    return {**record, "changed_lines": checked.changed_lines, "overlay_files": sorted(files),
+            "frontmatter_changes": checked.frontmatter_changes}

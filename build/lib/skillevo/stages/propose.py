@@ -1,0 +1,70 @@
+"""Stage `propose`: one contained agent session reads the evidence and writes ONE bounded candidate.
+
+    python -m skillevo.stages.propose
+
+Writes <out>/overlay/<skill>/SKILL.md, proposal.md, session.json (the measured session record, with the
+proposer's model) and transcripts/. With the simulator backend, the simulator plays the proposer.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from contextlib import ExitStack
+from pathlib import Path
+
+from skillevo import propose
+from skillevo.core import layout, models, overlay, stage
+from skillevo.core.errors import BrokenEnvironment
+from skillevo.simulator import Playbook, Simulator, generic, load_dir
+from skillevo.simulator.proposer import SimulatedProposer
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m skillevo.stages.propose", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--evidence", type=Path, default=layout.EVIDENCE, help="[%(default)s]")
+    p.add_argument("--prompt", type=Path, default=propose.PROMPT, help="template [%(default)s]")
+    p.add_argument("--params", type=Path, default=layout.PARAMS, help="[%(default)s]")
+    stage.family_options(p, mirrors=False)
+    p.add_argument("--playbooks", type=Path, default=layout.PLAYBOOKS,
+                   help="the simulator's playbooks (simulator backend only) [%(default)s]")
+    p.add_argument("--out", type=Path, default=layout.PROPOSAL, help="[%(default)s]")
+    return p
+
+
+def run(args: argparse.Namespace) -> str:
+    params = stage.load_params("propose", args)
+    evolvable = list(params.skills.evolvable)
+    limits = overlay.Limits.from_params(params)
+    prompt = propose.render_prompt(args.prompt, evolvable, limits.max_changed_lines, limits.allow)
+    with ExitStack() as stack:
+        sim_url, sim = None, None
+        if params.model.simulated:
+            book = load_dir(args.playbooks)
+            family = layout.read_family(stage.skills_dir(args, params), params.skills.frontmatter_keys)
+            known = generic.command_instructions(family, evolvable)  # the generic agent's steps, for tasks it plays
+            merged = Playbook({**known.instructions, **book.instructions}, book.tasks + known.tasks)
+            proposer = SimulatedProposer(merged, set(evolvable))
+            sim = stack.enter_context(Simulator(book, responders={"proposer": proposer}))
+            sim_url = sim.url("proposer")
+        model, credential = models.resolve(params.model, sim_url, params.proposer_model)
+        models.check_reachable(model)
+        try:
+            record = propose.run(prompt=prompt, skills_dir=stage.skills_dir(args, params), evidence_dir=args.evidence,
+                                 evolvable=evolvable, model=model, credential=credential, limits=limits, out=args.out,
+                                 timeout_s=params.propose.timeout_s)
+        finally:
+            if sim is not None and sim.failures:  # what went wrong is the offline simulator, not the API
+                raise BrokenEnvironment(f"the offline simulator failed while playing the proposer: {sim.failures[0]} "
+                                        f"(see {args.out / 'session.json'})")
+    return (f"propose: {', '.join(record['overlay_files'])} ({record['changed_lines']} changed lines); "
+            f"see {args.out / 'proposal.md'}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    return stage.main("propose", parser(), run, argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
