@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from skillevo.bench import plan
+from skillevo.bench import plan, run_side
 from skillevo.core import config
 from skillevo.core.errors import BadInput
 from skillevo.ops import check as check_cmd
@@ -126,3 +126,16 @@ def test_a_solution_must_pass_both_checks(tmp_path, capsys):
     problems = [line for line in err.splitlines() if "(rule: " in line and "refused:" not in line]
     assert problems == [f"check: {root}/tasks/tasks.yaml: task cheat: the hidden oracle is failed with the solution "
                         "applied: no agent could pass it (rule: the solution passes)"], err
+
+
+@pytest.mark.bwrap
+@pytest.mark.cli
+def test_the_bench_checks_its_tasks_before_its_first_session(tmp_path):
+    root = _world(tmp_path)
+    (root / "tasks/targets/greet/pkg/greet.py").write_text('def greet():\n    return "hello"\n')  # already solved
+    params = config.parse(yaml.safe_load((root / "params.yaml").read_text()))
+    side = plan("incumbent", root / "tasks/tasks.yaml", root / "skills", None, params)
+    with pytest.raises(BadInput, match=r"task greet: the hidden oracle passes on the target as given.*"
+                                       r"\(rule: check before paying\)"):
+        run_side(side, params, tmp_path / "out", quiet=True)
+    assert not (tmp_path / "out").exists()

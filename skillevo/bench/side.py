@@ -169,6 +169,18 @@ def _publish(staging: Path, out: Path, partial: bool) -> None:
     safefs.fsync_dir(out.parent)
 
 
+def _check_tasks(p: SidePlan, params: Params, quiet: bool) -> None:
+    """What `skillevo check` runs on each task (setup runs; verify and the oracle fail as given and pass with the
+    solution), before the generation's first paid session: a task that measures nothing is refused, not paid for."""
+    from skillevo import check  # check reads the family and plans sides with this package
+
+    if not quiet:
+        print(f"bench: checking {len(p.tasks)} task(s) before paying (skillevo check)", file=sys.stderr, flush=True)
+    problems = check.run_tasks(list(p.tasks), params, str(p.tasks_file))
+    if problems:
+        raise BadInput("; ".join(problems) + " (rule: check before paying)")
+
+
 def _solved(p: SidePlan, book: Playbook) -> tuple[generic.SolvedTask, ...]:
     """The side's tasks that no playbook task plays and that have a solution: the generic simulated agent's."""
     names = frozenset(layout.skill_names_in(p.family))
@@ -264,6 +276,8 @@ def run_side(p: SidePlan, params: Params, out: Path, *, executor: Executor | Non
         runner = executor or _executor(params, credential)
         cells = build_cells(p, params.bench, mdl, scratch)
         keys, served = _serve(cells_store, cells, store_context(params, p, noise), params.gate.max_age_days, quiet)
+        if p.side == "incumbent" and len(served) < len(cells):
+            _check_tasks(p, params, quiet)
         staging = _staging(out)
         stack.callback(safefs.remove_tree, staging)  # renamed away on every path that keeps it
         with _cancel_on_signals() as cancel:
