@@ -184,7 +184,7 @@ IMAGE_RUN_ARGS ?=
 container_engine = $(or $(CONTAINER_ENGINE),$(shell if docker info >/dev/null 2>&1; then echo docker; \
   elif command -v podman >/dev/null 2>&1; then echo podman; fi))
 
-.PHONY: image image-demo
+.PHONY: image image-demo image-run
 image:
 	@set -e; engine="$(container_engine)"; \
 	if [ -z "$$engine" ]; then echo "make image needs docker (with a running engine) or podman"; exit 1; fi; \
@@ -196,21 +196,36 @@ image:
 	size=$$("$$engine" image inspect --format '{{.Size}}' "$(IMAGE)"); \
 	echo "image $(IMAGE): $$size bytes ($$(numfmt --to=iec-i --suffix=B "$$size")), Claude Code $(CLAUDE_CODE_VERSION), built with $$engine"
 
-# `make demo` inside the image, on this checkout mounted at /work, as the checkout's owner so the results
-# belong to them: rootless podman maps the caller to the image's user (keep-id); docker and rootful
-# podman run as the checkout's uid:gid. bubblewrap needs an unconfined seccomp profile (user namespaces,
-# pivot_root), no AppArmor confinement, and a procfs it can mount (unmasked /proc). The demo's model is
-# the offline simulator on the container's loopback, so the container gets no network.
-image-demo:
+# A command inside the image on a repository: REPO mounted at MOUNT_AT (default: its own path, so the paths a
+# pipeline records hold on the host too), run in RUN_IN (default: MOUNT_AT), TARGETS (task targets outside the
+# repository, listed in params tasks.target_roots) mounted read-only at their own paths. It runs as the
+# repository's owner so what it writes belongs to them: rootless podman maps the caller to the image's user
+# (keep-id); docker and rootful podman run as the repository's uid:gid. bubblewrap needs an unconfined seccomp
+# profile (user namespaces, pivot_root), no AppArmor confinement, and a procfs it can mount (unmasked /proc).
+# IMAGE_NETWORK=none (default) suits the offline simulator on the container's loopback; a real model needs one.
+#   make image-run REPO=~/src/app RUN_IN=~/src/app/evolve RUN="dvc repro"
+REPO ?= $(IMAGE_WORKTREE)
+MOUNT_AT ?= $(abspath $(REPO))
+RUN_IN ?= $(MOUNT_AT)
+RUN ?= make demo
+TARGETS ?=
+IMAGE_NETWORK ?= none
+image-run:
 	@set -e; engine="$(container_engine)"; \
-	if [ -z "$$engine" ]; then echo "make image-demo needs docker (with a running engine) or podman"; exit 1; fi; \
-	args=(run --rm --init --network none --security-opt seccomp=unconfined --security-opt apparmor=unconfined \
-	      -v "$(abspath $(IMAGE_WORKTREE)):/work"); \
+	if [ -z "$$engine" ]; then echo "make image-run needs docker (with a running engine) or podman"; exit 1; fi; \
+	[ -d "$(REPO)" ] || { echo "make image-run: REPO=$(REPO) is not a directory"; exit 2; }; \
+	args=(run --rm --init --network "$(IMAGE_NETWORK)" --security-opt seccomp=unconfined \
+	      --security-opt apparmor=unconfined -v "$(abspath $(REPO)):$(MOUNT_AT)" -w "$(abspath $(RUN_IN))"); \
+	for target in $(TARGETS); do real=$$(realpath "$$target"); args+=(-v "$$real:$$real:ro"); done; \
 	if [ "$$engine" = podman ]; then args+=(--security-opt 'unmask=/proc/*'); \
 	else args+=(--security-opt systempaths=unconfined); fi; \
-	owner=$$(stat -c %u:%g "$(IMAGE_WORKTREE)"); \
+	owner=$$(stat -c %u:%g "$(REPO)"); \
 	if [ "$$engine" = podman ] && [ "$$(id -u)" != 0 ]; then args+=(--userns "keep-id:uid=$(IMAGE_UID),gid=$(IMAGE_UID)"); \
 	else args+=(--user "$$owner"); [ "$${owner%%:*}" = "$(IMAGE_UID)" ] || args+=(-e HOME=/tmp); \
-	  [ "$${owner%%:*}" != 0 ] || echo "note: $(IMAGE_WORKTREE) is owned by root, so the container runs as root (see README, Container)"; fi; \
-	echo "$$engine $${args[*]} $(IMAGE_RUN_ARGS) $(IMAGE) demo"; \
-	"$$engine" "$${args[@]}" $(IMAGE_RUN_ARGS) "$(IMAGE)" demo
+	  [ "$${owner%%:*}" != 0 ] || echo "note: $(REPO) is owned by root, so the container runs as root (see README, Container)"; fi; \
+	echo "$$engine $${args[*]} $(IMAGE_RUN_ARGS) --entrypoint /usr/bin/env $(IMAGE) $(RUN)"; \
+	"$$engine" "$${args[@]}" $(IMAGE_RUN_ARGS) --entrypoint /usr/bin/env "$(IMAGE)" $(RUN)
+
+# `make demo` inside the image, on this checkout mounted at /work (where the image's editable install is).
+image-demo:
+	@$(MAKE) --no-print-directory image-run REPO="$(IMAGE_WORKTREE)" MOUNT_AT=/work RUN_IN=/work RUN="make demo"

@@ -174,6 +174,15 @@ owner=$(stat -c %u "$worktree/results")
 echo "demo in the container: decision: promote; results owned by uid $owner ($sessions bench session transcripts)"
 step "make image-demo"
 
+# --- a team's repository in the container: init, check, repro, apply, revert (tests/test_user_repo.py, each
+# skillevo and dvc step through `make image-run` on the repository mounted at its own path) -----------------
+if ! SKILLEVO_TEST_IMAGE="$image" SKILLEVO_TEST_IMAGE_UID="$image_uid" CONTAINER_ENGINE=podman \
+  "$venv/bin/python" -m pytest -q -s -p no:cacheprovider tests/test_user_repo.py 2>&1 | tee "$cache/image-user-repo.log"
+then
+  fail "the team-repository test in the container failed (its log: $cache/image-user-repo.log)"
+fi
+step "user repository in the image"
+
 size=$(podman image inspect --format '{{.Size}}' "$image")
 echo "image $image: $size bytes ($(numfmt --to=iec-i --suffix=B "$size"))"
 fi

@@ -6,7 +6,10 @@ tests as hidden oracles (in the pipeline's folder, which no workspace gets), and
 itself: each a commit with a bug, with the commit before it as the reference solution. skillevo is installed from
 a wheel of this working tree into a fresh venv, then `skillevo init`, `skillevo check`, `dvc repro` (one offline
 generation: the generic simulated agent plays the tasks from their solutions), `skillevo apply` and `skillevo
-revert` run there. The third-party skill stands in for a public one (GitHub is not reachable from CI; PyPI is)."""
+revert` run there. The third-party skill stands in for a public one (GitHub is not reachable from CI; PyPI is).
+
+With SKILLEVO_TEST_IMAGE set (`.ci/image.sh demo` sets it), the same steps run in that container image instead
+(`make image-run`: the repository mounted at its own path, owned by the image's user), at the image demo's size."""
 
 from __future__ import annotations
 
@@ -14,9 +17,11 @@ import ast
 import json
 import os
 import re
+import shlex
 import subprocess
 import sys
 import tarfile
+import time
 from pathlib import Path
 
 import pytest
@@ -25,8 +30,12 @@ import yaml
 from tests.wheel import fresh_install
 
 pytestmark = [pytest.mark.cli, pytest.mark.bwrap, pytest.mark.timeout(1500)]
+ROOT = Path(__file__).resolve().parents[1]
 SDIST = "six==1.17.0"
-GIT = ["git", "-c", "user.name=team", "-c", "user.email=team@example.invalid", "-c", "commit.gpgsign=false"]
+IMAGE = os.environ.get("SKILLEVO_TEST_IMAGE")  # run the skillevo and dvc steps in this image
+IMAGE_UID = os.environ.get("SKILLEVO_TEST_IMAGE_UID", "10001")
+GIT = ["git", "-c", "user.name=team", "-c", "user.email=team@example.invalid", "-c", "commit.gpgsign=false",
+       "-c", "safe.directory=*"]  # in image mode the repository belongs to the image's user
 # (task, the bug: (old, new) in six.py, the visible check, the library's own tests that are its hidden oracle)
 TASKS = [
     ("int2byte", ('int2byte = struct.Struct(">B").pack', 'int2byte = struct.Struct(">H").pack'),
@@ -89,8 +98,7 @@ def _oracle(tests: str, names: list[str]) -> str:
 @pytest.fixture(scope="module")
 def team(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("team")
-    _, python = fresh_install(tmp / "install")
-    bindir = python.parent
+    bindir = None if IMAGE else fresh_install(tmp / "install")[1].parent
     subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--no-binary", ":all:", "--no-deps", "-d",
                     str(tmp / "sdist"), SDIST], check=True, capture_output=True, timeout=300)
     [sdist] = (tmp / "sdist").glob("six-*.tar.gz")
@@ -111,20 +119,33 @@ def team(tmp_path_factory):
     _git(repo, "init", "-q", "-b", "main")
     _git(repo, "add", "-A")
     _git(repo, "commit", "-qm", "six 1.17.0 with the team's skills")
-    env = {"PATH": f"{bindir}:/usr/bin:/bin", "HOME": str(tmp), "SKILLEVO_CLAUDE": os.environ["SKILLEVO_CLAUDE"],
+    env = {"PATH": f"{bindir}:/usr/bin:/bin", "HOME": str(tmp),
+           "SKILLEVO_CLAUDE": os.environ.get("SKILLEVO_CLAUDE", ""),
            "GIT_AUTHOR_NAME": "team", "GIT_AUTHOR_EMAIL": "team@example.invalid", "GIT_COMMITTER_NAME": "team",
            "GIT_COMMITTER_EMAIL": "team@example.invalid", "TMPDIR": os.environ.get("TMPDIR", "/tmp")}
     return {"repo": repo, "env": env, "bin": bindir, "suite": suite, "log": []}
 
 
 def _run(team, *args: str, cwd: Path, timeout: int = 900) -> subprocess.CompletedProcess:
-    done = subprocess.run(list(args), cwd=cwd, env=team["env"], capture_output=True, text=True, timeout=timeout)
-    team["log"].append((args, done.returncode, done.stdout[-3000:], done.stderr[-6000:]))
+    """A step of the team's: in the fresh venv, or (image mode) in the image on the repository mounted there."""
+    command, env = list(args), team["env"]
+    if IMAGE:
+        subprocess.run(["chown", "-R", f"{IMAGE_UID}:{IMAGE_UID}", str(team["repo"])], check=True)
+        command = ["make", "--no-print-directory", "-C", str(ROOT), "image-run", f"IMAGE={IMAGE}",
+                   f"IMAGE_UID={IMAGE_UID}", f"REPO={team['repo']}", f"RUN_IN={cwd}", f"RUN={shlex.join(args)}"]
+        env = {**os.environ, "CONTAINER_ENGINE": os.environ.get("CONTAINER_ENGINE", "podman")}
+    started = time.monotonic()
+    done = subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+    team["log"].append((args, done.returncode, round(time.monotonic() - started, 1)))
     return done
 
 
 def _skillevo(team, *args: str, cwd: Path) -> subprocess.CompletedProcess:
-    return _run(team, str(team["bin"] / "skillevo"), *args, cwd=cwd)
+    return _run(team, "skillevo" if IMAGE else str(team["bin"] / "skillevo"), *args, cwd=cwd)
+
+
+def _dvc(team, *args: str, cwd: Path) -> subprocess.CompletedProcess:
+    return _run(team, "python" if IMAGE else str(team["bin"] / "python"), "-m", "dvc", *args, cwd=cwd, timeout=1400)
 
 
 def _tasks(team) -> dict:
@@ -149,6 +170,9 @@ def test_init_check_repro_apply_revert_in_a_team_repository(team):
     assert params["skills"]["evolvable"] == ["fixer", "reviewer", "test-runner"]
     params["skills"]["evolvable"] = ["fixer", "reviewer"]  # the third-party skill is not the team's to rewrite
     params["sampling"]["runs"] = 14  # 3 gate tasks x 14 = 42 runs per arm (`check` says what is too few)
+    if IMAGE:  # the image demo's size: what is checked there is the image, in CI's 30 minutes
+        params["sampling"].update(runs=6, incumbent_runs=3)
+        params["gate"]["min_total_runs"] = 18
     params["simulator"]["noise"] = "demo"  # the demo's spread, no mistakes: the test is of the path, not of luck
     (folder / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
     (folder / "tasks/oracles/test_example_oracle.py").unlink()
@@ -168,7 +192,7 @@ def test_init_check_repro_apply_revert_in_a_team_repository(team):
     assert done.returncode == 0, done.stderr
     assert "4 task(s) set up and unsolved as given" in done.stdout + done.stderr
 
-    done = _run(team, str(team["bin"] / "python"), "-m", "dvc", "repro", cwd=folder, timeout=1400)
+    done = _dvc(team, "repro", cwd=folder)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     promotion = json.loads((folder / "results/gate/promotion.json").read_text())
     assert [(d["decision"], d["reasons"]) for d in promotion["decisions"]][0][0] == "promote", promotion["decisions"]
@@ -197,3 +221,5 @@ def test_init_check_repro_apply_revert_in_a_team_repository(team):
     assert done.returncode == 0, done.stderr
     assert _git(repo, "diff", "--", ".claude/skills") == ""
     assert _git(repo, "status", "--short", "--", ".claude") == ""
+    print("timings (s): " + "; ".join(f"{Path(args[0]).name} {' '.join(args[1:])}: {secs}"
+                                     for args, _, secs in team["log"]))

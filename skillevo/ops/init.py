@@ -36,6 +36,13 @@ The agent never sees this file; verify (in tasks.yaml) is the check it may run.
 def test_replace_me():
     assert False, "write the hidden test of your task here"
 '''
+TASKS_HEADER = b"""\
+# Tasks (schema: skillevo/schemas/tasks.schema.json; docs/formats.md). Each: a target (this repository, `ref` a
+# commit that has the bug), the prompt an agent gets, `verify` (a check it may run), hidden `oracle` tests under
+# tasks/oracles/ (never shown to the agent or the proposer), and a reference `solution` with which verify and the
+# oracle pass: `solution: {ref: <commit>}` or `solution: {patch: <file under tasks/solutions/>}`. The offline
+# simulator plays a task from its solution. `skillevo check` says what is still wrong, one line each.
+"""
 GITIGNORE = ["/results/", "/.skillevo/", "/previous/memory", "/generations/"]
 DVCIGNORE = ["__pycache__/", "*.pyc", ".pytest_cache/", ".hypothesis/", ".skillevo/"]
 
@@ -113,8 +120,8 @@ def init(folder: Path, skills: str | None, mirrors: list[str]) -> list[Path]:
         folder / "params.yaml": (b"# skillevo params (schema: skillevo/schemas/params.schema.json; docs/formats.md)\n"
                                  + yaml.safe_dump(params_doc(root_rel, skills, mirrors, names), sort_keys=False)
                                  .encode()),
-        folder / "tasks/tasks.yaml": yaml.safe_dump(_example_tasks(os.path.relpath(root.resolve(), folder / "tasks")),
-                                                    sort_keys=False).encode(),
+        folder / "tasks/tasks.yaml": TASKS_HEADER + yaml.safe_dump(
+            _example_tasks(os.path.relpath(root.resolve(), folder / "tasks")), sort_keys=False).encode(),
         folder / "tasks/oracles/test_example_oracle.py": EXAMPLE_ORACLE.encode(),
         folder / "tasks/targets/.gitkeep": b"",
         folder / "tasks/playbooks/.gitkeep": b"",
