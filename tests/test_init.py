@@ -3,6 +3,7 @@ folder of its choosing, its skills and mirrors relative to its git root, never a
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -103,3 +104,20 @@ def test_the_params_init_writes_hold_every_key_dvc_yaml_names(tmp_path):
         for part in key.split("."):
             assert isinstance(node, dict) and part in node, key
             node = node[part]
+
+
+def test_init_finds_the_committed_copies_of_the_family_as_mirrors(tmp_path):
+    """A plugin that ships the same skills (a byte copy) is a mirror apply keeps in step; a copy that differs, or
+    another family, is not; `--mirrors` with no value means none."""
+    repo = _repo(tmp_path / "team")
+    for rel in ("plugins/team/skills", "plugins/old/skills"):
+        shutil.copytree(repo / ".claude/skills", repo / rel, symlinks=True)
+    (repo / "plugins/old/skills/alpha/SKILL.md").write_text((repo / "plugins/old/skills/alpha/SKILL.md").read_text()
+                                                            + "- an older line\n")
+    subprocess.run([*GIT, "-C", str(repo), "add", "-A"], check=True)
+    subprocess.run([*GIT, "-C", str(repo), "commit", "-qm", "a plugin"], check=True)
+    assert init_cmd.main([str(repo / "evolve")]) == 0
+    assert yaml.safe_load((repo / "evolve/params.yaml").read_text())["skills"]["paths"]["mirrors"] == \
+        ["plugins/team/skills"]
+    assert init_cmd.main([str(repo / "other"), "--mirrors"]) == 0
+    assert yaml.safe_load((repo / "other/params.yaml").read_text())["skills"]["paths"]["mirrors"] == []

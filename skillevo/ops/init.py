@@ -2,10 +2,12 @@
 
     skillevo init evolve                           # .claude/skills, found; the pipeline in evolve/
     skillevo init evolve --skills .claude/skills --mirrors plugins/x/skills
+    skillevo init evolve --mirrors                 # no mirrors, even where copies were found
 
 Writes DIR/dvc.yaml (the pipeline this package ships, the same file skillevo's own demo runs), DIR/params.yaml
-(skills and mirrors relative to the repository's git root, the root relative to DIR, every skill evolvable, an
-`auto` arm and a skill-free `baseline`, the offline simulator), DIR/tasks/ with one worked example on this
+(skills and mirrors relative to the repository's git root, the mirrors by default every committed byte copy of the
+family found in it, the root relative to DIR, every skill evolvable, an `auto` arm and a skill-free `baseline`,
+the offline simulator), DIR/tasks/ with one worked example on this
 repository (fill it in; `skillevo check` says what is still wrong), DIR/skill-modes.json, and .gitignore and
 .dvcignore entries; runs `dvc init` at the git root when the repository has no DVC yet. Nothing it would
 overwrite is touched: an existing file is refused, one line each. Paths outside the git root are refused.
@@ -97,14 +99,29 @@ def _append_lines(path: Path, lines: list[str]) -> None:
         path.write_text(text + ("" if not text or text.endswith("\n") else "\n") + "\n".join(missing) + "\n")
 
 
-def init(folder: Path, skills: str | None, mirrors: list[str]) -> list[Path]:
+def found_mirrors(root: Path, skills: str, family: dict[str, bytes]) -> list[str]:
+    """The repository's committed byte copies of the family (a plugin's `skills/`, say): each directory whose
+    tracked SKILL.md files name the same skills, then read as the same bytes."""
+    listed = subprocess.run(["git", "-C", str(root), "ls-files", "-z", "--", "*/SKILL.md", "SKILL.md"],
+                            capture_output=True, check=True).stdout.decode(errors="replace").split("\0")
+    candidates = {str(Path(rel).parent.parent) for rel in listed if rel.count("/") >= 2}
+    out = []
+    for rel in sorted(candidates - {skills}):
+        try:
+            if layout.read_family(root / rel) == family:
+                out.append(rel)
+        except BadInput:
+            continue  # not a family, or not this one
+    return out
+
+
+def init(folder: Path, skills: str | None, mirrors: list[str] | None) -> list[Path]:
     """Write the pipeline into `folder`; returns what was written."""
     root = _git_root(folder if folder.exists() else folder.parent)
     folder = folder.resolve()
     if not folder.is_relative_to(root.resolve()):
         raise BadInput(f"{folder}: outside the repository {root} (rule: paths inside the repository)")
     skills = _inside(root, skills or ".claude/skills", "--skills")
-    mirrors = [_inside(root, m, "--mirrors") for m in mirrors]
     family_dir = root / skills
     if not family_dir.is_dir():
         raise BadInput(f"{family_dir}: no skill family there; pass --skills DIR (relative to {root}) "
@@ -114,6 +131,8 @@ def init(folder: Path, skills: str | None, mirrors: list[str]) -> list[Path]:
     names = layout.skill_names_in(family)
     if not names:
         raise BadInput(f"{family_dir}: holds no <skill>/SKILL.md (rule: an existing family)")
+    mirrors = [_inside(root, m, "--mirrors") for m in mirrors] if mirrors is not None else found_mirrors(root, skills,
+                                                                                                         family)
     root_rel = os.path.relpath(root.resolve(), folder) if folder != root.resolve() else "."
     files = {
         folder / "dvc.yaml": (TEMPLATE / "pipeline.yaml").read_bytes(),
@@ -148,7 +167,8 @@ def parser() -> argparse.ArgumentParser:
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("folder", type=Path, nargs="?", default=Path("evolve"), help="where the pipeline goes [%(default)s]")
     p.add_argument("--skills", default=None, help="the skill family, relative to the git root [.claude/skills]")
-    p.add_argument("--mirrors", nargs="*", default=[], help="byte copies of it that apply keeps in step")
+    p.add_argument("--mirrors", nargs="*", default=None,
+                   help="byte copies of it that apply keeps in step [the committed copies found in the repository]")
     return p
 
 
