@@ -22,7 +22,7 @@ from tqdm import tqdm
 
 from skillevo import sandbox
 from skillevo.agent import cli
-from skillevo.bench import canary, cellstore, harness
+from skillevo.bench import canary, cellstore, harness, taskcheck
 from skillevo.bench.cell import CellResult, CellSpec
 from skillevo.bench.executor import Executor, LocalExecutor
 from skillevo.bench.report import write_report
@@ -172,11 +172,9 @@ def _publish(staging: Path, out: Path, partial: bool) -> None:
 def _check_tasks(p: SidePlan, params: Params, quiet: bool) -> None:
     """What `skillevo check` runs on each task (setup runs; verify and the oracle fail as given and pass with the
     solution), before the generation's first paid session: a task that measures nothing is refused, not paid for."""
-    from skillevo import check  # check reads the family and plans sides with this package
-
     if not quiet:
         print(f"bench: checking {len(p.tasks)} task(s) before paying (skillevo check)", file=sys.stderr, flush=True)
-    problems = check.run_tasks(list(p.tasks), params, str(p.tasks_file))
+    problems = taskcheck.run_tasks(list(p.tasks), params, str(p.tasks_file))
     if problems:
         raise BadInput("; ".join(problems) + " (rule: check before paying)")
 

@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 from skillevo import check, sandbox
+from skillevo.bench import taskcheck
 from skillevo.core import layout, stage
 from skillevo.core.errors import BadInput
 
@@ -34,7 +35,7 @@ def run(args: argparse.Namespace) -> str:
     ran = 0
     if params is not None and loaded and not args.no_tasks:
         sandbox.preflight()
-        problems += check.run_tasks(loaded, params, str(args.tasks),
+        problems += taskcheck.run_tasks(loaded, params, str(args.tasks),
                                     on_task=lambda t: print(f"check: task {t.id} ...", file=sys.stderr, flush=True))
         ran = len(loaded)
     for line in problems:
