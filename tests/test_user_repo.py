@@ -169,10 +169,10 @@ def test_init_check_repro_apply_revert_in_a_team_repository(team):
     params = yaml.safe_load((folder / "params.yaml").read_text())
     assert params["skills"]["evolvable"] == ["fixer", "reviewer", "test-runner"]
     params["skills"]["evolvable"] = ["fixer", "reviewer"]  # the third-party skill is not the team's to rewrite
-    params["sampling"]["runs"] = 14  # 3 gate tasks x 14 = 42 runs per arm (`check` says what is too few)
-    if IMAGE:  # the image demo's size: what is checked there is the image, in CI's 30 minutes
-        params["sampling"].update(runs=6, incumbent_runs=3)
-        params["gate"]["min_total_runs"] = 18
+    # the image demo's size (3 gate tasks x 6 = 18 runs per arm, 60 sessions in all), in CI's 30 minutes; with
+    # fewer runs than gate.min_total_runs, `check` says no candidate can be promoted
+    params["sampling"].update(runs=6, incumbent_runs=3)
+    params["gate"]["min_total_runs"] = 18
     params["simulator"]["noise"] = "demo"  # the demo's spread, no mistakes: the test is of the path, not of luck
     (folder / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
     (folder / "tasks/oracles/test_example_oracle.py").unlink()
