@@ -85,8 +85,8 @@ class Task:
 
 @dataclass(frozen=True)
 class Solution:
-    """A task's reference solution: a commit of its git target (`ref`) or a patch from tasks/solutions/. Hidden
-    like the oracle: it never reaches a workspace, the proposer or a skill."""
+    """A task's reference solution: a commit of its git target (`ref`) or a patch from tasks/solutions/. It never
+    reaches a workspace; `skillevo check` and the bench run the checks with it, the offline simulator plays from it."""
 
     kind: str  # ref | patch
     commit: str | None = None
