@@ -17,7 +17,7 @@ import tarfile
 from collections.abc import Collection, Mapping
 from pathlib import Path
 
-from skillevo.core import safefs
+from skillevo.core import archives
 from skillevo.core.errors import BadInput, BrokenEnvironment
 from skillevo.core.tasks import Task, agent_config, archive, dir_entries, solved_changes
 
@@ -49,7 +49,7 @@ def export_tree(task: Task, dest: Path) -> None:
     dest.mkdir(parents=True)
     if task.target_kind == "git":
         with tarfile.open(fileobj=io.BytesIO(archive(task))) as tar:
-            safefs.extract_tar(tar, dest, [m for m in tar if task.in_workspace(m.name)], f"task {task.id}: target")
+            archives.extract_tar(tar, dest, [m for m in tar if task.in_workspace(m.name)], f"task {task.id}: target")
         return
     for rel, content in dir_entries(task.target_dir):
         if not task.in_workspace(rel):
