@@ -64,7 +64,8 @@ ENV VENV=/opt/skillevo/venv \
     PYTHONUNBUFFERED=1
 ENV PATH=/opt/skillevo/venv/bin:${PATH}
 
-# What `make setup` installs (`.[dev,ray]`; the image is also the Ray worker image): the pinned deps
+# What `make setup-full` installs (`.[dev,ray,gateway]`; the image is also the Ray worker image, and runs the
+# openai/litellm backends' LiteLLM proxy): the pinned deps
 # first, in a layer that changes only with pyproject.toml, then the project as an editable install of
 # /work (so a repository mounted there is the code that runs). The venv gets the Makefile's own content
 # stamp, asked of the Makefile, and `make setup` must then find nothing to do: `make` in the container
@@ -76,7 +77,7 @@ RUN --mount=type=secret,id=ca_bundle \
       export PIP_CERT=/tmp/skillevo-deps/ca.pem; \
     fi \
  && python3 -m venv "${VENV}" \
- && python3 -c 'import tomllib, sys; p = tomllib.load(open(sys.argv[1], "rb"))["project"]; o = p["optional-dependencies"]; print("\n".join(p["dependencies"] + o["dev"] + o["ray"]))' \
+ && python3 -c 'import tomllib, sys; p = tomllib.load(open(sys.argv[1], "rb"))["project"]; o = p["optional-dependencies"]; print("\n".join(p["dependencies"] + o["dev"] + o["ray"] + o["gateway"]))' \
       /tmp/skillevo-deps/pyproject.toml > /tmp/skillevo-deps/requirements.txt \
  && "${VENV}/bin/pip" install --no-cache-dir -q -r /tmp/skillevo-deps/requirements.txt \
  && rm -rf /tmp/skillevo-deps
@@ -91,7 +92,7 @@ RUN --mount=type=secret,id=ca_bundle \
  && if [ -s /run/secrets/ca_bundle ]; then \
       cat /etc/ssl/certs/ca-certificates.crt /run/secrets/ca_bundle > /tmp/ca.pem; export PIP_CERT=/tmp/ca.pem; \
     fi \
- && "${VENV}/bin/pip" install --no-cache-dir -q -e '.[dev,ray]' \
+ && "${VENV}/bin/pip" install --no-cache-dir -q -e '.[dev,ray,gateway]' \
  && rm -rf /tmp/ca.pem /work/build \
  && touch "$(make -s --no-print-directory --eval '_image-stamp: ; @echo $(INSTALLED)' _image-stamp)" \
  && make -s setup \

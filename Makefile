@@ -15,7 +15,8 @@ CLAUDE_BIN := $(CLAUDE_PREFIX)/node_modules/.bin/claude
 PYPROJECT := $(shell sha256sum pyproject.toml | cut -c1-16)
 EXTRAS_demo :=
 EXTRAS_test := [dev]
-EXTRAS_full := [dev,ray]
+EXTRAS_full := [dev,ray,gateway]
+EXTRAS_gateway := [gateway]
 STAMP = $(VENV)/.installed-$(PYPROJECT)-$(1)
 INSTALLED := $(call STAMP,full)# the image's (Dockerfile): everything
 # DVC runs stage commands with this PATH: `python` in dvc.yaml is the project's.
@@ -23,10 +24,11 @@ export PATH := $(abspath $(VENV))/bin:$(PATH)
 export SKILLEVO_CLAUDE := $(abspath $(CLAUDE_BIN))
 export DVC_NO_ANALYTICS := 1
 
-.PHONY: setup setup-test setup-full system-packages demo repro check apply revert evolve report push pull gc session-demo lint test test-full bench-session bench-cells bench-pipeline gate-study demo-seeds bench-economy gate-study-simulator plots modes clean
+.PHONY: setup setup-test setup-full setup-gateway system-packages demo repro check apply revert evolve report push pull gc session-demo lint test test-full bench-session bench-cells bench-pipeline gate-study demo-seeds bench-economy gate-study-simulator plots modes clean
 setup: system-packages $(call STAMP,demo) $(CLAUDE_BIN)
 setup-test: system-packages $(call STAMP,test) $(CLAUDE_BIN)
 setup-full: system-packages $(call STAMP,full) $(CLAUDE_BIN)
+setup-gateway: system-packages $(call STAMP,gateway) $(CLAUDE_BIN)
 
 # bwrap, socat (the model relay and Claude's inner sandbox), git, and Debian's python3 with pytest (what
 # the demo tasks run inside the sandbox): installed with apt when we are root (CI, the image); otherwise
@@ -69,7 +71,13 @@ GENERATIONS ?= 1
 NOISE ?= realistic
 
 # One simulated generation: dvc repro, then the decision and where to read it.
+# BACKEND=openai (or litellm, or simulator to go back) switches params.yaml's model first: the same offline
+# generation through the real LiteLLM proxy, the simulator answering upstream in OpenAI's dialect.
 demo: setup
+ifdef BACKEND
+	@$(MAKE) --no-print-directory $(if $(filter simulator,$(BACKEND)),,setup-gateway)
+	$(PY) -m skillevo.ops.backend $(BACKEND)
+endif
 	$(DVC) repro
 	@$(PY) -m skillevo.ops.generations status
 
@@ -131,7 +139,7 @@ lint: setup-test
 # Two tiers (docs/testing.md): `test` is everything that needs no CLI, bubblewrap or Ray (minutes, in-process);
 # `test-full` is all of it, end to end, in WORKERS processes (a test file stays on one worker: module fixtures),
 # handed out in collection order (tests/conftest.py puts the generations first), not xdist's most-tests-first.
-FAST = not cli and not bwrap and not ray
+FAST = not cli and not bwrap and not ray and not gateway
 WORKERS ?= 2
 test: setup-test
 	$(PY) -m pytest -q -m "$(FAST)" $(PYTEST_ARGS)

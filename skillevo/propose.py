@@ -11,6 +11,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from skillevo import backends
 from skillevo.agent import SessionSpec, run_session
 from skillevo.core import documents, frontmatter, layout, overlay, safefs
 from skillevo.core.errors import BadInput
@@ -64,8 +65,10 @@ def frontmatter_note(checked: overlay.Checked) -> str:
 
 
 def run(*, prompt: str, skills_dir: Path, evidence_dir: Path, evolvable: list[str], model: Model,
-        credential: Credential | None, limits: overlay.Limits, out: Path, timeout_s: float) -> dict[str, Any]:
-    """Run the session; export overlay/, proposal.md and session.json to `out` (which must be empty)."""
+        credential: Credential | None, limits: overlay.Limits, out: Path, timeout_s: float,
+        route: str | None = None) -> dict[str, Any]:
+    """Run the session; export overlay/, proposal.md and session.json to `out` (which must be empty). `route`
+    names the simulator's role (/mode/proposer) on a simulated backend."""
     if out.exists() and (out.is_symlink() or not out.is_dir() or any(out.iterdir())):
         raise ProposalRefused(f"{out}: not an empty directory (rule: a proposal is written once)")
     executables: set[str] = set()
@@ -74,8 +77,10 @@ def run(*, prompt: str, skills_dir: Path, evidence_dir: Path, evolvable: list[st
         ws = Path(tmp) / "ws"
         safefs.write_tree(ws / "skills", family, executables=executables)
         (ws / "out").mkdir(parents=True)
+        endpoint = backends.session_endpoint(model, route)
         record = run_session(SessionSpec(
-            prompt=prompt, workspace=ws, model=model.name, endpoint=model.endpoint, credential=credential,
+            prompt=prompt, workspace=ws, model=model.name, endpoint=endpoint.url, headers=endpoint.headers,
+            prices=model.prices, credential=credential,
             transcript_dir=out / "transcripts", transcript_name="proposer", expected_skill=None,
             readonly_paths=(), mounts=(Mount(evidence_dir.absolute(), EVIDENCE_DST),), tools=TOOLS,
             timeout_s=timeout_s, effort=model.effort))

@@ -105,10 +105,15 @@ def test_a_cell_names_its_moment_and_slot_to_the_simulator_and_a_control_its_can
     and a cache window from the slot, so a candidate and the control beside it share both."""
     from types import SimpleNamespace
 
-    from skillevo.bench.cell import _endpoint
-    from skillevo.simulator.noise import Route, parse_route
+    from skillevo.backends import session_endpoint
+    from skillevo.bench.cell import _session_ref
+    from skillevo.core.models import Model
+    from skillevo.simulator.noise import ROUTE_HEADER, Route, parse_route
 
-    model = SimpleNamespace(simulated=True, endpoint="http://127.0.0.1:9")
+    def _endpoint(spec, session):
+        return session_endpoint(spec.model, _session_ref(spec, session)).url
+
+    model = Model("simulator", "claude-sonnet-4-6", "http://127.0.0.1:9")
     base = dict(task=SimpleNamespace(id="t1"), run=2, model=model, moment="candidate/abc/replicate-0", slot=7)
     control = SimpleNamespace(arm=SimpleNamespace(name="workflow"), overlay_digest=None, control_for="a" * 64, **base)
     cand = SimpleNamespace(arm=SimpleNamespace(name="candidate_workflow"), overlay_digest="a" * 64,
@@ -118,5 +123,14 @@ def test_a_cell_names_its_moment_and_slot_to_the_simulator_and_a_control_its_can
     assert all(isinstance(r, Route) for r in routes)
     assert routes[0].moment == routes[1].moment and routes[0].slot == routes[1].slot == 7
     assert routes[0].cell != routes[1].cell  # each arm's sessions draw their own noise
-    real = SimpleNamespace(**{**vars(cand), "model": SimpleNamespace(simulated=False, endpoint="https://api.example")})
+    real = SimpleNamespace(**{**vars(cand), "model": Model("anthropic", "claude-sonnet-4-6", "https://api.example")})
     assert _endpoint(real, 1) == "https://api.example"  # a real model is never told any of it
+    # behind a gateway the proxy keeps no path: the same route goes in a header the host-side relay adds
+    gated = SimpleNamespace(**{**vars(cand), "model": Model("openai", "gpt-5-mini", "http://127.0.0.1:7",
+                                                             upstream="simulator")})
+    ep = session_endpoint(gated.model, _session_ref(gated, 1))
+    assert ep.url == "http://127.0.0.1:7" and dict(ep.headers)[ROUTE_HEADER] == _endpoint(cand, 1).removeprefix(
+        "http://127.0.0.1:9")
+    openai = SimpleNamespace(**{**vars(cand), "model": Model("openai", "gpt-5-mini", "http://127.0.0.1:7",
+                                                              upstream="openai/gpt-5-mini")})
+    assert session_endpoint(openai.model, _session_ref(openai, 1)).headers == ()

@@ -41,6 +41,8 @@ class SessionSpec:
     transcript_dir: Path
     transcript_name: str
     credential: models.Credential | None = None  # the real key or token; it stays on the host side of the relay
+    headers: tuple[tuple[str, str], ...] = ()  # the relay's own headers (skillevo.backends.Endpoint)
+    prices: models.Prices | None = None  # a gateway backend's prices: the session's cost is its usage at them
     expected_skill: str | None = None  # a skill name, arms.AUTO or arms.NONE (an arm's session); None: no check
     # workspace-relative, over-mounted read-only: skills and project settings
     readonly_paths: tuple[str, ...] = (".claude",)
@@ -84,7 +86,7 @@ def _stopped(spec: SessionSpec, record: dict[str, Any], finished: sandbox.Finish
     printed = stream.partial(finished.stdout)
     session_id = next((e["session_id"] for e in printed if isinstance(e.get("session_id"), str) and e["session_id"]),
                       f"stopped-{uuid.uuid4().hex}")
-    cost = models.price(usage, served[0] if len(served) == 1 else spec.model)
+    cost = models.price(usage, served[0] if len(served) == 1 else spec.model, spec.prices)
     turns = sum(1 for e in printed if e["type"] == "assistant")
     detail = redact_text(detail, secrets)
     stop = {"type": events.STOPPED, "subtype": kind, "reason": detail, "session_id": session_id, "usage": usage,
@@ -124,7 +126,7 @@ def run_session(spec: SessionSpec) -> dict[str, Any]:
         argv = cli.argv(model=spec.model, tools=spec.tools, max_turns=spec.max_turns, effort=spec.effort)
         cred = spec.credential  # sent by the relay in the header the CLI would use for its variable
         with sandbox.Relay(spec.endpoint, cred.secret if cred else None, private / "relay", timeout_s=spec.timeout_s,
-                           auth_header=cred.header if cred else "x-api-key") as relay:
+                           auth_header=cred.header if cred else "x-api-key", headers=spec.headers) as relay:
             finished = sandbox.run(box, argv, stdin=spec.prompt.encode(), timeout_s=spec.timeout_s,
                                    max_stdout=MAX_TRANSCRIPT_BYTES, cancel=spec.cancel)
             stalled_s, usage, served = relay.stalled_s(), dict(relay.usage), sorted(relay.models)
@@ -172,7 +174,8 @@ def _outcome(spec: SessionSpec, record: dict[str, Any], finished: sandbox.Finish
         detail = f"unreadable session stream: {e}; exit {finished.returncode}; {blame}; stderr: {record['stderr_tail']}"
         return _stopped(spec, record, finished, usage, served, kind, detail, secrets)
 
-    record.update(cost_usd=parsed.cost_usd, **parsed.usage, num_turns=parsed.num_turns, duration_s=parsed.duration_s,
+    cost = parsed.cost_usd if spec.prices is None else models.session_cost(parsed.result, spec.prices)
+    record.update(cost_usd=cost, **parsed.usage, num_turns=parsed.num_turns, duration_s=parsed.duration_s,
                   session_id=parsed.session_id, tool_uses=parsed.tool_uses, served_models=parsed.served_models)
     try:
         data = transcript.render(parsed.events, secrets)

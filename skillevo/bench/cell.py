@@ -27,8 +27,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from skillevo import sandbox
+from skillevo import backends, sandbox
 from skillevo.agent import SessionSpec, run_session
+from skillevo.backends import SessionRef
 from skillevo.bench import checks, churn, workspace
 from skillevo.core import safefs
 from skillevo.core.arms import Arm
@@ -41,7 +42,6 @@ from skillevo.core.redact import redact_text
 from skillevo.core.results import EXCLUDED_ERROR_KINDS
 from skillevo.core.tasks import Task
 from skillevo.sandbox import SandboxSpec
-from skillevo.simulator.noise import route
 
 TAIL = 2000
 MAX_SKILLS_BYTES = 16 << 20
@@ -98,7 +98,8 @@ def _base_row(spec: CellSpec) -> dict[str, Any]:
         "transcripts": [], "patch": None, "phases": {"workspace_s": 0.0, "setup_s": 0.0, "sessions_s": [],
                                                      "verify_s": 0.0, "churn_s": 0.0},
         "model": spec.model.name, "served_models": [], "backend": spec.model.backend, "simulated": spec.model.simulated,
-        "effort": spec.model.effort, "base_commit": spec.base_commit,
+        "effort": spec.model.effort, "prices": list(spec.model.prices) if spec.model.prices is not None else None,
+        "base_commit": spec.base_commit,
         "task_binding_digest": spec.task.binding_digest, "skills_digest": spec.skills_digest,
         "overlay_digest": spec.overlay_digest, "recorded_at": None,
     }
@@ -153,19 +154,15 @@ def _add_session(row: dict[str, Any], artifacts: dict[str, bytes], rec: dict[str
     return rec["cost_usd"]
 
 
-def _endpoint(spec: CellSpec, session: int) -> str:
-    """The session's base URL; on the simulator it names the cell and session (which seeds the session's noise),
-    set here on the host, out of the agent's reach. A candidate's cells are named with its overlay digest too, and a
-    control with the digest of the candidate it runs beside: each is measured by sessions of its own, as with a real
-    model, so two generations' candidates (or a control and the incumbent side) never share their luck. The route
-    also names the side's measuring moment and the cell's slot in its order: the simulator's drift between benches
-    and its warm or cold cache windows are drawn from them (docs/simulator.md)."""
-    if not spec.model.simulated:
-        return spec.model.endpoint
+def _session_ref(spec: CellSpec, session: int) -> SessionRef:
+    """What names the session to its backend (skillevo.backends.SessionRef), set here on the host, out of the
+    agent's reach. A candidate's cells are named with its overlay digest too, and a control with the digest of the
+    candidate it runs beside: each is measured by sessions of its own, as with a real model, so two generations'
+    candidates (or a control and the incumbent side) never share their luck on the simulator; the side's measuring
+    moment and the cell's slot in its order fix the simulator's drift and cache windows (docs/simulator.md)."""
     arm = (f"{spec.arm.name}@{spec.overlay_digest}" if spec.overlay_digest is not None else
            f"{spec.arm.name}#control@{spec.control_for}" if spec.control_for is not None else spec.arm.name)
-    slot = spec.slot if spec.moment is not None else None
-    return spec.model.endpoint.rstrip("/") + route(spec.task.id, arm, spec.run, session, moment=spec.moment, slot=slot)
+    return SessionRef(spec.task.id, arm, spec.run, session, spec.moment, spec.slot)
 
 
 def _sessions(spec: CellSpec, ws: Path, row: dict, artifacts: dict, credential: Credential | None,
@@ -189,9 +186,11 @@ def _sessions(spec: CellSpec, ws: Path, row: dict, artifacts: dict, credential: 
                     _fail(row, "cancelled", f"cancelled before session {i + 1}")
                     break
                 started = time.monotonic()
+                endpoint = backends.session_endpoint(spec.model, _session_ref(spec, i + 1))
                 rec = run_session(SessionSpec(
                     prompt=session.prompt.format(prompt=spec.task.prompt), workspace=ws, model=spec.model.name,
-                    endpoint=_endpoint(spec, i + 1), credential=credential, expected_skill=session.skill,
+                    endpoint=endpoint.url, headers=endpoint.headers, prices=spec.model.prices,
+                    credential=credential, expected_skill=session.skill,
                     transcript_dir=Path(tdir), transcript_name=f"{spec.name}-s{i + 1}-{session.skill}",
                     timeout_s=spec.task.timeout_s, max_retries=spec.max_retries, effort=spec.model.effort,
                     cancel=cancel, limits=spec.limits, after_agent=agent_ran))

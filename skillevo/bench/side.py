@@ -20,7 +20,7 @@ from typing import Any
 
 from tqdm import tqdm
 
-from skillevo import sandbox
+from skillevo import backends, sandbox
 from skillevo.agent import cli
 from skillevo.bench import canary, cellstore, harness, taskcheck
 from skillevo.bench.cell import CellResult, CellSpec
@@ -121,6 +121,10 @@ def _check_headroom(scratch: Path, bench: BenchParams) -> None:
 def _executor(params: Params, credential: models.Credential | None) -> Executor:
     """bench.executor: local (cells on this machine) or ray (cells as tasks on a Ray cluster)."""
     if params.bench.executor == "ray":
+        if params.model.backend in models.GATEWAY_BACKENDS:
+            raise BadInput(f"{params.source}: bench.executor ray with model.backend {params.model.backend}: the "
+                           "gateway listens on this machine's loopback only, out of other nodes' reach; run the bench "
+                           "with bench.executor local (rule: a gateway is loopback)")
         from skillevo.bench.ray_executor import RayExecutor  # noqa: PLC0415 - the optional `ray` extra
 
         return RayExecutor.from_params(params.bench, credential)
@@ -263,14 +267,12 @@ def run_side(p: SidePlan, params: Params, out: Path, *, executor: Executor | Non
     with ExitStack() as stack:
         scratch = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="skillevo-bench-", dir=scratch_root)))
         _check_headroom(scratch, params.bench)
-        sim_url, noise = None, None
+        simulator, noise = None, None
         if params.model.simulated:
             noise = Noise.from_params(params.simulator, params.sampling.replicate)
             book = load_dir(p.tasks_file.parent / "playbooks")
-            sim_url = stack.enter_context(Simulator(book, noise=noise, max_retries=params.bench.max_retries,
-                                                    solved=_solved(p, book))).url()
-        mdl, credential = models.resolve(params.model, sim_url)
-        models.check_reachable(mdl)
+            simulator = Simulator(book, noise=noise, max_retries=params.bench.max_retries, solved=_solved(p, book))
+        mdl, credential = stack.enter_context(backends.open_model(params.model, simulator=simulator))
         runner = executor or _executor(params, credential)
         cells = build_cells(p, params.bench, mdl, scratch)
         keys, served = _serve(cells_store, cells, store_context(params, p, noise), params.gate.max_age_days, quiet)

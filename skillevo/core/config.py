@@ -31,14 +31,18 @@ MAX_PARAMS_BYTES = 1 << 20
 
 @dataclass(frozen=True)
 class ModelParams:
-    backend: str  # simulator | anthropic | endpoint
+    backend: str  # simulator | anthropic | endpoint | openai | litellm
     name: str
     base_url: str | None
     effort: str | None
+    upstream: str | None = None  # openai/litellm: "simulator" answers offline in the OpenAI dialect
+    provider_model: str | None = None  # litellm: LiteLLM's provider/model (ollama/qwen3:8b, openrouter/...)
+    key_env: str | None = None  # litellm: the variable holding the provider's key (none for a local server)
+    prices: tuple[float, float, float] | None = None  # USD per million tokens: input, cached input, output
 
     @property
     def simulated(self) -> bool:
-        return self.backend == "simulator"
+        return self.backend == "simulator" or self.upstream == "simulator"
 
 
 @dataclass(frozen=True)
@@ -190,6 +194,28 @@ class Params:
 T = TypeVar("T")
 
 
+def _check_model(model: Mapping[str, Any], source: str) -> None:
+    """Which keys go with which backend beyond base_url's (the schema's): a key another backend reads is a mistake,
+    said before any run."""
+    backend = model["backend"]
+    gateway = backend in models.GATEWAY_BACKENDS
+    rules = [("upstream", gateway, "openai or litellm"), ("prices", gateway, "openai or litellm"),
+             ("provider_model", backend == "litellm", "litellm"), ("key_env", backend == "litellm", "litellm")]
+    for key, allowed, which in rules:
+        if model[key] is not None and not allowed:
+            raise BadInput(f"{source}: $.model.{key} is read only by backend {which}, not {backend} "
+                           "(rule: model keys match the backend)")
+    if backend == "litellm" and model["provider_model"] is None and model["upstream"] is None:
+        raise BadInput(f"{source}: $.model.provider_model is required for backend litellm (LiteLLM's provider/model, "
+                       "e.g. ollama/qwen3:8b) (rule: model keys match the backend)")
+
+
+def _model(model: Mapping[str, Any]) -> ModelParams:
+    prices = model["prices"]
+    return ModelParams(**{**model, "prices": None if prices is None else
+                          (prices["input"], prices["cached_input"], prices["output"])})
+
+
 def _typed(cls: type[T], values: Mapping[str, Any]) -> T:
     """A section dataclass from validated values: lists become tuples, mappings read-only, floats floats."""
     out = {}
@@ -273,9 +299,12 @@ def parse(doc: Any, source: str = "params.yaml", *, today: date | None = None) -
         raise BadInput(f"{source}: $.skills.paths.mirrors: {paths['skills']!r} is the canonical directory itself "
                        "(rule: a mirror is another directory)")
     today = today or datetime.now(UTC).date()
-    notes = [*models.check_id(filled["model"]["name"], f"{source}: model.name", today)]
+    _check_model(filled["model"], source)
+    model = filled["model"]
+    backend, priced = model["backend"], model["prices"] is not None
+    notes = [*models.check_id(model["name"], f"{source}: model.name", today, backend, priced)]
     if filled["propose"]["model"] is not None:
-        notes += models.check_id(filled["propose"]["model"], f"{source}: propose.model", today)
+        notes += models.check_id(filled["propose"]["model"], f"{source}: propose.model", today, backend, priced)
     arms = {name: Arm(name, name, tuple(Session(s["skill"], s["prompt"], None if s["writes"] is None else
                                                 tuple(s["writes"])) for s in spec["sessions"]))
             for name, spec in sorted(filled["arms"].items())}
@@ -283,7 +312,7 @@ def parse(doc: Any, source: str = "params.yaml", *, today: date | None = None) -
     skills = filled["skills"]
     return Params(
         source=source,
-        model=_typed(ModelParams, filled["model"]),
+        model=_model(filled["model"]),
         skills=SkillsParams(tuple(skills["evolvable"]), skills["paths"]["skills"], tuple(skills["paths"]["mirrors"]),
                             frozenset(skills["frontmatter_keys"]), skills["root"]),
         tasks=_typed(TasksParams, filled["tasks"]),
@@ -322,25 +351,35 @@ def evidence_limits(**overrides: Any) -> EvidenceParams:
 def set_value(path: str | Path, section_name: str, key: str, value: Any) -> None:
     """Change one `section: key:` scalar in a params file in place, keeping its comments and layout (what
     `make evolve` does to sampling.replicate and simulator.noise), then check the whole file still loads."""
+    set_values(path, section_name, {key: value})
+
+
+def set_values(path: str | Path, section_name: str, values: Mapping[str, Any]) -> None:
+    """set_value for several keys of one section at once (`make demo BACKEND=...` switches model.backend and the
+    keys that go with it): the file is checked once, when all of them are in."""
     path = Path(path)
     lines = path.read_text(encoding="utf-8").split("\n")
+    for key, value in values.items():
+        lines = _set_line(lines, section_name, key, value)
+    safefs.write_atomic(path, "\n".join(lines).encode("utf-8"))
+    load(path)
+
+
+def _set_line(lines: list[str], section_name: str, key: str, value: Any) -> list[str]:
     rendered = yaml.safe_dump(value, default_flow_style=True).strip().removesuffix("...").strip()
     try:
         start = lines.index(f"{section_name}:") if f"{section_name}:" in lines else next(
             i for i, line in enumerate(lines) if re.match(rf"{re.escape(section_name)}:\s*(#.*)?$", line))
     except StopIteration:
-        lines += [f"{section_name}:", f"  {key}: {rendered}"]
-    else:
-        end = next((i for i in range(start + 1, len(lines)) if lines[i] and not lines[i][0].isspace()
-                    and not lines[i].startswith("#")), len(lines))
-        pattern = re.compile(rf"^(\s+){re.escape(key)}:\s*[^#\n]*?(\s*#.*)?$")
-        for i in range(start + 1, end):
-            match = pattern.match(lines[i])
-            if match and len(match.group(1)) == 2:
-                comment = match.group(2) or ""
-                lines[i] = f"  {key}: {rendered}{comment}"
-                break
-        else:
-            lines.insert(start + 1, f"  {key}: {rendered}")
-    safefs.write_atomic(path, "\n".join(lines).encode("utf-8"))
-    load(path)
+        return [*lines, f"{section_name}:", f"  {key}: {rendered}"]
+    end = next((i for i in range(start + 1, len(lines)) if lines[i] and not lines[i][0].isspace()
+                and not lines[i].startswith("#")), len(lines))
+    pattern = re.compile(rf"^(\s+){re.escape(key)}:\s*[^#\n]*?(\s*#.*)?$")
+    for i in range(start + 1, end):
+        match = pattern.match(lines[i])
+        if match and len(match.group(1)) == 2:
+            comment = match.group(2) or ""
+            lines[i] = f"  {key}: {rendered}{comment}"
+            return lines
+    lines.insert(start + 1, f"  {key}: {rendered}")
+    return lines

@@ -21,11 +21,14 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from skillevo.core.errors import BadInput, BrokenEnvironment
+from skillevo.core.events import USAGE_FIELDS
 from skillevo.core.pins import (
     CLAUDE_CODE_VERSION,
     FLOATING_ALIASES,
     MODEL_IDS,
     MODEL_PRICES,
+    OPENAI_FLOATING,
+    OPENAI_MODELS,
     PRICE_TIERS,
 )
 
@@ -40,6 +43,11 @@ AUTH_TOKEN_ENV = "ANTHROPIC_AUTH_TOKEN"  # a gateway's bearer token, sent as `Au
 # Following the CLI means a setup that works with `claude` outside skillevo authenticates the same way here.
 CREDENTIAL_ENVS = (AUTH_TOKEN_ENV, API_KEY_ENV)
 _SNAPSHOT_OF = {snapshot: short for short, (snapshot, _, _) in MODEL_IDS.items()}
+_OPENAI_SNAPSHOT_OF = {snapshot: short for short, (snapshot, *_) in OPENAI_MODELS.items()}
+# Backends whose sessions reach the model through a LiteLLM proxy skillevo starts (skillevo.backends.gateway): the
+# CLI does not know their models' prices, so a session is priced from its usage by a pinned or declared table.
+GATEWAY_BACKENDS = ("openai", "litellm")
+OPENAI_KEY_ENV = "OPENAI_API_KEY"
 
 
 def is_floating(name: str) -> bool:
@@ -48,9 +56,18 @@ def is_floating(name: str) -> bool:
     return not base or base in FLOATING_ALIASES or base.endswith(("latest", "auto"))
 
 
-def price(usage: dict[str, int], model: str) -> float | None:
-    """What `usage` costs on `model` at the pinned CLI's prices (None for a model outside its catalog): the cost
-    of a session stopped before the CLI could report one, from the tokens the relay counted."""
+Prices = tuple[float, float, float]  # USD per million tokens: input, cached input, output
+
+
+def price(usage: dict[str, int], model: str, prices: Prices | None = None) -> float | None:
+    """What `usage` costs on `model`: at `prices` (a gateway backend's table: cache writes cost as input, as OpenAI
+    bills them), else at the pinned CLI's prices (None for a model outside its catalog): the cost of a session
+    stopped before the CLI could report one, from the tokens the relay counted."""
+    if prices is not None:
+        inp, cached, out = prices
+        total = ((usage.get("input_tokens", 0) + usage.get("cache_creation_input_tokens", 0)) * inp
+                 + usage.get("cache_read_input_tokens", 0) * cached + usage.get("output_tokens", 0) * out)
+        return round(total / 1e6, 6)
     base = model.strip().lower().removesuffix("[1m]")
     short = base if base in MODEL_PRICES else _SNAPSHOT_OF.get(base)
     if short not in MODEL_PRICES:
@@ -61,9 +78,56 @@ def price(usage: dict[str, int], model: str) -> float | None:
     return round(total / 1e6, 6)
 
 
-def check_id(name: str, where: str, today: date) -> list[str]:
-    """Refuse a floating, remapped or retired id (BadInput naming `where`); return warnings for the rest."""
+def session_cost(account: dict[str, Any], prices: Prices | None) -> float | None:
+    """The one rule for what a session cost, from its account (the CLI's `result` event, or the harness's
+    `skillevo_stopped`): the CLI's own figure, or with `prices` (a gateway backend's) its usage at those prices,
+    since the CLI prices a model it does not know by guesswork. None: unmeasured."""
+    if prices is not None:
+        usage = account.get("usage")
+        if not isinstance(usage, dict) or any(not isinstance(usage.get(f, 0), int) or isinstance(usage.get(f, 0), bool)
+                                              or usage.get(f, 0) < 0 for f in USAGE_FIELDS):
+            return None
+        return price(usage, "", prices)
+    cost = account.get("total_cost_usd")
+    return cost if isinstance(cost, int | float) and not isinstance(cost, bool) and cost >= 0 else None
+
+
+def openai_prices(name: str) -> Prices | None:
+    """The pinned table's prices for an OpenAI id (short or dated snapshot); None outside it."""
+    base = name.strip().lower()
+    short = base if base in OPENAI_MODELS else _OPENAI_SNAPSHOT_OF.get(base)
+    return None if short is None else OPENAI_MODELS[short][1:]
+
+
+def _check_openai_id(name: str, where: str, priced: bool) -> list[str]:
+    base = name.strip().lower()
+    if base in OPENAI_FLOATING or base.endswith(("latest", "auto")) or not base:
+        raise BadInput(f"{where}: {name!r} is a floating OpenAI alias that moves to whatever is newest; name a dated "
+                       "snapshot such as gpt-5-mini-2025-08-07 (rule: pinned model id)")
+    if base in OPENAI_MODELS:
+        return [f"{where}: {name!r} is a short id for the snapshot {OPENAI_MODELS[base][0]!r}; rows record the "
+                "served id"]
+    if base not in _OPENAI_SNAPSHOT_OF and not priced:
+        raise BadInput(f"{where}: {name!r} is not in skillevo's pinned OpenAI price table; give its prices as "
+                       "model.prices (USD per million tokens: input, cached_input, output) (rule: priced model)")
+    return []
+
+
+def check_id(name: str, where: str, today: date, backend: str = "anthropic", priced: bool = False) -> list[str]:
+    """Refuse a floating, remapped or retired id (BadInput naming `where`); return warnings for the rest. On a
+    gateway backend the id is the provider's: OpenAI's rules for `openai`, and for `litellm` only what is the same
+    everywhere (no floating names; `priced`: model.prices is given, as a litellm model needs)."""
+    if backend == "openai":
+        return _check_openai_id(name, where, priced)
     base = name.strip().lower().removesuffix("[1m]")
+    if backend == "litellm":
+        if base.endswith(("latest", "auto")) or base.rsplit("/", 1)[-1] in FLOATING_ALIASES | OPENAI_FLOATING:
+            raise BadInput(f"{where}: {name!r} is a floating alias that moves to whatever is newest; name a pinned "
+                           "model id (rule: pinned model id)")
+        if not priced and openai_prices(name) is None:
+            raise BadInput(f"{where}: {name!r} has no pinned price; give model.prices (USD per million tokens: input, "
+                           "cached_input, output; zeros for a free local model, said so) (rule: priced model)")
+        return []
     if is_floating(name):
         raise BadInput(f"{where}: {name!r} is a floating alias that the CLI resolves to whatever is newest; name a "
                        "pinned model id such as claude-sonnet-4-6 (rule: pinned model id)")
@@ -119,16 +183,30 @@ def credential(environ: Mapping[str, str] | None = None) -> Credential | None:
 
 @dataclass(frozen=True)
 class Model:
-    """Which model answers the sessions, and at which base URL (the simulator's, the API's, an endpoint's)."""
+    """Which model answers the sessions, and at which base URL (the simulator's, the API's, an endpoint's, the
+    loopback gateway's)."""
 
-    backend: str  # simulator | anthropic | endpoint
+    backend: str  # simulator | anthropic | endpoint | openai | litellm
     name: str
     endpoint: str
     effort: str | None = None
+    upstream: str | None = None  # a gateway backend's provider: "simulator" (offline) or its provider/model
+    prices: Prices | None = None  # a gateway backend's prices (session_cost); None: the CLI's own figure
 
     @property
     def simulated(self) -> bool:
-        return self.backend == "simulator"
+        """Answered by skillevo's simulator: directly, or behind the gateway (upstream simulator)."""
+        return self.backend == "simulator" or self.upstream == "simulator"
+
+    @property
+    def gateway(self) -> bool:
+        return self.backend in GATEWAY_BACKENDS
+
+    def identity(self) -> dict[str, Any]:
+        """What a cell key binds about where sessions go: never a per-run loopback port."""
+        endpoint = None if self.simulated or self.gateway else self.endpoint
+        return {"backend": self.backend, "name": self.name, "effort": self.effort, "endpoint": endpoint,
+                "upstream": self.upstream, "prices": list(self.prices) if self.prices is not None else None}
 
 
 def resolve(model: Any, simulator_url: str | None, name: str | None = None) -> tuple[Model, Credential | None]:
@@ -167,5 +245,18 @@ def check_reachable(model: Model, timeout_s: float = 10.0) -> None:
 
 def binding(model: Any) -> dict[str, Any]:
     """What bench.json and promotion.json bind about the backend (bench-run.schema.json#/$defs/backend)."""
-    return {"backend": model.backend, "name": model.name,
-            "base_url": model.base_url if model.backend == "endpoint" else None, "simulated": model.simulated}
+    found = {"backend": model.backend, "name": model.name,
+             "base_url": model.base_url if model.backend in ("endpoint", *GATEWAY_BACKENDS) else None,
+             "simulated": model.simulated}
+    if model.backend in GATEWAY_BACKENDS:
+        prices = gateway_prices(model)
+        found.update(upstream=model.upstream, prices=list(prices) if prices is not None else None)
+    return found
+
+
+def gateway_prices(model: Any, name: str | None = None) -> Prices | None:
+    """What a gateway backend's sessions are priced at: params model.prices, else the pinned OpenAI table's; None on
+    another backend (the CLI's own figure) or for a model nobody priced (its sessions are unmeasured)."""
+    if model.backend not in GATEWAY_BACKENDS:
+        return None
+    return tuple(model.prices) if model.prices is not None else openai_prices(name or model.name)

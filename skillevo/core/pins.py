@@ -65,3 +65,22 @@ MODEL_PRICES: dict[str, str] = {  # short id -> its pricing tier in the pinned C
 }
 # Names the pinned CLI resolves to whatever is newest (its `aliases`, `best`, the model picker's entries).
 FLOATING_ALIASES = frozenset({"opus", "sonnet", "haiku", "fable", "mythos", "best", "default", "opusplan"})
+
+# The LiteLLM proxy a gateway backend (model.backend openai or litellm) starts on loopback: the `gateway` extra
+# installs exactly this version, and a run refuses any other (its Anthropic-to-OpenAI translation is measured).
+LITELLM_VERSION = "1.108.7"
+
+# OpenAI models a gateway backend prices without help: short id -> (the dated snapshot it stands for, USD per
+# million tokens for input, cached input, output), OpenAI's published API prices (standard tier) for the pin. A
+# model outside this table needs params model.prices; usage nobody priced is unmeasured, never free.
+OPENAI_MODELS: dict[str, tuple[str, float, float, float]] = {
+    "gpt-5": ("gpt-5-2025-08-07", 1.25, 0.125, 10.0),
+    "gpt-5-mini": ("gpt-5-mini-2025-08-07", 0.25, 0.025, 2.0),
+    "gpt-5-nano": ("gpt-5-nano-2025-08-07", 0.05, 0.005, 0.40),
+    "gpt-4.1": ("gpt-4.1-2025-04-14", 2.0, 0.50, 8.0),
+    "gpt-4.1-mini": ("gpt-4.1-mini-2025-04-14", 0.40, 0.10, 1.60),
+    "gpt-4.1-nano": ("gpt-4.1-nano-2025-04-14", 0.10, 0.025, 0.40),
+    "o4-mini": ("o4-mini-2025-04-16", 1.10, 0.275, 4.40),
+}
+# OpenAI's names that move to whatever is newest (`chatgpt-4o-latest`, `gpt-5-chat-latest`, the bare `gpt-4o`).
+OPENAI_FLOATING = frozenset({"gpt-4o", "gpt-4o-mini", "o1", "o3", "o3-mini", "gpt-4", "gpt-4-turbo", "gpt-3.5-turbo"})

@@ -17,7 +17,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from skillevo.core import documents, safefs
+from skillevo.core import documents, models, safefs
 from skillevo.core.digests import sha256_bytes
 from skillevo.core.errors import BadInput
 from skillevo.core.events import STOPPED, USAGE_FIELDS
@@ -225,8 +225,8 @@ def transcript_totals(row: Mapping[str, Any], directory: Path,
             totals[field] += result["usage"].get(field, 0)
         totals["num_turns"] += result.get("num_turns", 0)
         duration = round(duration + round(result.get("duration_ms", 0) / 1000, 3), 3)
-        cost = result.get("total_cost_usd")
-        costs.append(cost if isinstance(cost, int | float) and not isinstance(cost, bool) and cost >= 0 else None)
+        prices = row.get("prices")
+        costs.append(models.session_cost(result, tuple(prices) if prices is not None else None))
     ran = len(row["phases"]["sessions_s"])
     totals["duration_s"] = duration
     totals["cost_usd"] = None if len(costs) < ran or not costs or None in costs else round(sum(costs), 6)
@@ -293,7 +293,9 @@ def load_side(directory: Path, side: str) -> Side:
             "for a candidate arm, none for a control)"
             if row["overlay_digest"] != (None if row["arm"] in controls else bench["overlay_digest"]) else
             f"skills_digest differs from {bench_path} (rule: a row carries its side's skills digest)"
-            if row["skills_digest"] != bench["skills_digest"] else None)
+            if row["skills_digest"] != bench["skills_digest"] else
+            f"prices {row.get('prices')!r} differ from {bench_path}'s model (rule: a row is priced as its bench)"
+            if row.get("prices") != bench["model"].get("prices") else None)
         if problem:
             raise BadInput(f"{where}: {problem}")
     loaded = Side(directory, bench, tuple(row for _, row in rows),

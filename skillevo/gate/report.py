@@ -156,6 +156,11 @@ def render_report(promotion: Mapping[str, Any], totals: Mapping[str, Mapping[str
         "",
         f"- benchmark model: `{promotion['benchmark_model']}` (backend `{backend['backend']}`"
         + (f", base URL `{backend['base_url']}`" if backend["base_url"] else "")
+        + (f", through skillevo's LiteLLM gateway to `{backend.get('upstream') or 'the provider'}`, priced at "
+           f"{backend['prices']} USD per million tokens (input, cached input, output)"
+           if backend.get("prices") is not None else
+           ", through skillevo's LiteLLM gateway, unpriced (every cost unmeasured)"
+           if backend["backend"] in ("openai", "litellm") else "")
         + f"; simulated: {'yes' if backend['simulated'] else 'no'}), effort: `{promotion['effort']}`",
         f"- candidate: {promotion['candidate_origin']}, proposer model: `{promotion['proposer_model']}`, "
         f"overlay digest `{promotion['overlay_digest']}`",

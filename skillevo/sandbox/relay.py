@@ -26,6 +26,7 @@ from skillevo.core.errors import BadInput
 from skillevo.core.events import USAGE_FIELDS
 
 ALLOWED_PATHS = ("/v1/messages", "/v1/messages/count_tokens")
+HARNESS_HEADER_PREFIX = "x-skillevo-"  # the relay's own headers (the route behind a gateway), never the CLI's
 PLACEHOLDER_KEY = "sk-skillevo-placeholder-not-a-key"
 _HOP_HEADERS = {"connection", "keep-alive", "proxy-connection", "transfer-encoding", "te", "upgrade", "host",
                 "content-length", "x-api-key", "authorization", "proxy-authorization"}
@@ -126,7 +127,7 @@ class Relay:
     """`with Relay(endpoint, api_key, socket_dir) as r:` serves `socket_dir/relay.sock` on the host."""
 
     def __init__(self, endpoint: str, api_key: str | None, socket_dir: Path, *, timeout_s: float = 600.0,
-                 auth_header: str = "x-api-key") -> None:
+                 auth_header: str = "x-api-key", headers: tuple[tuple[str, str], ...] = ()) -> None:
         parts = urlsplit(endpoint)
         if (parts.scheme not in ("http", "https") or not parts.hostname or parts.username or parts.query
                 or parts.fragment):
@@ -136,6 +137,9 @@ class Relay:
         self.prefix = parts.path.rstrip("/")
         self.api_key = api_key
         self.auth_header = auth_header
+        if any(not k.lower().startswith(HARNESS_HEADER_PREFIX) for k, _ in headers):
+            raise ValueError(f"the relay adds only its own {HARNESS_HEADER_PREFIX}* headers")
+        self.headers = headers  # added to every request upstream, on the host: nothing in the sandbox can set them
         self.timeout_s = timeout_s
         self.socket_path = Path(socket_dir) / "relay.sock"
         self.requests = 0
@@ -244,7 +248,9 @@ class _Handler(BaseHTTPRequestHandler):
             return self._refuse(403, "the model relay forwards only POST /v1/messages")
         length = int(self.headers.get("content-length") or 0)
         body = self.rfile.read(length)
-        headers = {k: v for k, v in self.headers.items() if k.lower() not in _HOP_HEADERS}
+        headers = {k: v for k, v in self.headers.items()
+                   if k.lower() not in _HOP_HEADERS and not k.lower().startswith(HARNESS_HEADER_PREFIX)}
+        headers.update(relay.headers)
         if relay.api_key:
             if relay.auth_header == "authorization":
                 headers["authorization"] = f"Bearer {relay.api_key}"

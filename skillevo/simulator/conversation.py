@@ -84,10 +84,11 @@ def parse(body: dict[str, Any]) -> Conversation:
             m = _CWD.search(text)
             if m:
                 cwd = m.group(1)
-            elif _LISTING in text:
+            if _LISTING in text:  # behind a gateway, in the same note as the working directory
                 listed = _listing(text)
-            elif text and not text.lstrip().startswith("<system-reminder>"):
-                prompt = text
+            if not m and _LISTING not in text and text and not prompt and not text.lstrip().startswith(
+                    "<system-reminder>"):
+                prompt = text  # the first: a gateway appends the CLI's mid-conversation system notes as user text
     skills: dict[str, str] = {}
     skill_dirs: dict[str, str] = {}
     results: list[ToolResult] = []

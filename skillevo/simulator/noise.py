@@ -116,6 +116,9 @@ def moment_key(moment: str) -> str:
     return hashlib.sha256(json.dumps(["skillevo-moment", moment], separators=(",", ":")).encode()).hexdigest()[:32]
 
 
+ROUTE_HEADER = "x-skillevo-route"  # the route behind a gateway, which keeps no path: added by the host-side relay
+
+
 def route(task: str, arm: str, run: int, session: int, *, moment: str | None = None, slot: int | None = None) -> str:
     """The base URL path that tells the simulator which cell and session a request belongs to, and when given, the
     measuring moment and the cell's slot in that moment's schedule: /cell/<key>[/moment/<key>[/slot/<n>]]. The

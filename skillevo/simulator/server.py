@@ -21,7 +21,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import urlsplit
 
-from skillevo.simulator import agent, conversation, generic, noise
+from skillevo.simulator import agent, conversation, generic, noise, openai_dialect
 from skillevo.simulator.agent import EscapeTargets, Reply
 from skillevo.simulator.cache import BYTES_PER_TOKEN, PromptCache, tokens
 from skillevo.simulator.latency import Latency
@@ -191,7 +191,11 @@ class _Handler(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(data)
 
+    openai = False  # this request came in OpenAI's dialect (openai_dialect.PATH): answer in it
+
     def _error(self, status: int, kind: str, message: str) -> None:
+        if self.openai:
+            return self._json(status, openai_dialect.error(status, message))
         self._json(status, {"type": "error", "error": {"type": kind, "message": message}})
 
     def do_GET(self) -> None:
@@ -212,19 +216,23 @@ class _Handler(BaseHTTPRequestHandler):
         raw = self.rfile.read(length)
         if not self._authorized():
             return self._error(401, "authentication_error", "invalid x-api-key")
-        try:
-            route = noise.parse_route(urlsplit(self.path).path)
+        try:  # behind a gateway, which keeps no path of its own, the host-side relay's header carries the route
+            route = noise.parse_route(self.headers.get(noise.ROUTE_HEADER, "") + urlsplit(self.path).path)
         except RouteError as e:
             return self._error(400, "invalid_request_error", f"simulator route refused: {e}")
         mode, cell, path = route.mode, route.cell, route.api
+        self.openai = path == openai_dialect.PATH
         try:
             body = json.loads(raw or b"{}")
         except json.JSONDecodeError:
             return self._error(400, "invalid_request_error", "body is not JSON")
         if path == "/v1/messages/count_tokens":
             return self._json(200, {"input_tokens": tokens(len(raw))})
-        if path != "/v1/messages":
+        if path not in ("/v1/messages", openai_dialect.PATH):
             return self._error(404, "not_found_error", f"simulator: no route for POST {path}")
+        if self.openai:
+            include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
+            body = openai_dialect.to_messages(body)
         if mode not in MODES and mode not in self.sim.responders:
             return self._error(400, "invalid_request_error", f"unknown simulator mode {mode}")
         session_id = self.headers.get("x-claude-code-session-id")
@@ -267,8 +275,27 @@ class _Handler(BaseHTTPRequestHandler):
                 self.wfile.write(data[: len(data) // 2])
                 self.close_connection = True
                 return None
-            return self._json(200, message)
+            return self._json(200, openai_dialect.completion(message) if self.openai else message)
+        if self.openai:
+            return self._stream_openai(message, include_usage, truncate=(mode == "truncated"),
+                                       wait=received + ttft_s + generate_s - time.monotonic())
         self._stream(message, truncate=(mode == "truncated"), start=received, ttft_s=ttft_s, generate_s=generate_s)
+
+    def _stream_openai(self, message: dict[str, Any], include_usage: bool, truncate: bool, wait: float) -> None:
+        """The reply as OpenAI's server-sent chunks, after the whole reply's latency (`wait`); `truncate` hangs up
+        after the first chunk, with no finish and no [DONE]."""
+        if wait > 0 and self.sim.stopping.wait(wait):
+            self.close_connection = True
+            return
+        self.send_response(200)
+        self.send_header("content-type", "text/event-stream")
+        self.send_header("connection", "close")
+        self.end_headers()
+        self.close_connection = True
+        chunks = openai_dialect.chunks(message, include_usage)
+        data = b"".join(f"data: {json.dumps(c)}\n\n".encode() for c in chunks[:1 if truncate else None])
+        self.wfile.write(data if truncate else data + b"data: [DONE]\n\n")
+        self.wfile.flush()
 
     def _stream(self, message: dict[str, Any], truncate: bool, start: float, ttft_s: float = 0.0,
                 generate_s: float = 0.0) -> None:

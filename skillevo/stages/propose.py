@@ -13,8 +13,8 @@ import sys
 from contextlib import ExitStack
 from pathlib import Path
 
-from skillevo import propose
-from skillevo.core import layout, models, overlay, stage
+from skillevo import backends, propose
+from skillevo.core import layout, overlay, stage
 from skillevo.core.errors import BrokenEnvironment
 from skillevo.simulator import Playbook, Simulator, generic, load_dir
 from skillevo.simulator.proposer import SimulatedProposer
@@ -39,21 +39,21 @@ def run(args: argparse.Namespace) -> str:
     limits = overlay.Limits.from_params(params)
     prompt = propose.render_prompt(args.prompt, evolvable, limits.max_changed_lines, limits.allow)
     with ExitStack() as stack:
-        sim_url, sim = None, None
+        sim = None
         if params.model.simulated:
             book = load_dir(args.playbooks)
             family = layout.read_family(stage.skills_dir(args, params), params.skills.frontmatter_keys)
             known = generic.command_instructions(family, evolvable)  # the generic agent's steps, for tasks it plays
             merged = Playbook({**known.instructions, **book.instructions}, book.tasks + known.tasks)
             proposer = SimulatedProposer(merged, set(evolvable))
-            sim = stack.enter_context(Simulator(book, responders={"proposer": proposer}))
-            sim_url = sim.url("proposer")
-        model, credential = models.resolve(params.model, sim_url, params.proposer_model)
-        models.check_reachable(model)
+            sim = Simulator(book, responders={"proposer": proposer})
+        model, credential = stack.enter_context(backends.open_model(params.model, simulator=sim,
+                                                                    name=params.proposer_model))
         try:
             record = propose.run(prompt=prompt, skills_dir=stage.skills_dir(args, params), evidence_dir=args.evidence,
                                  evolvable=evolvable, model=model, credential=credential, limits=limits, out=args.out,
-                                 timeout_s=params.propose.timeout_s)
+                                 timeout_s=params.propose.timeout_s,
+                                 route="/mode/proposer" if sim is not None else None)
         finally:
             if sim is not None and sim.failures:  # what went wrong is the offline simulator, not the API
                 raise BrokenEnvironment(f"the offline simulator failed while playing the proposer: {sim.failures[0]} "
