@@ -19,9 +19,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-from skillevo import freeze, simulator
+from skillevo import backends, freeze, simulator
 from skillevo.bench import sideplan
-from skillevo.core import config, layout, models, sampling, tasks
+from skillevo.core import config, layout, sampling, tasks
 from skillevo.core.config import Params
 from skillevo.core.errors import SkillevoError
 from skillevo.core.tasks import Task
@@ -59,9 +59,8 @@ def configuration(params_file: Path, tasks_file: Path, modes_file: Path, repo: P
     if isinstance(split, tasks.Split):
         problems += [f"{params.source}: {why} (rule: a promotion is possible)"
                      for why in sampling.unpromotable(len(split.gate), params.sampling, params.gate)]
-    if not params.model.simulated:
-        _each(problems, lambda: models.resolve(params.model, None))
-    elif loaded:
+    _each(problems, lambda: backends.preflight(params.model))
+    if params.model.simulated and loaded:
         book = _each(problems, lambda: simulator.load_dir(tasks_file.parent / "playbooks"))
         if isinstance(book, simulator.Playbook):
             problems += [f"{tasks_file}: task {t.id}: the offline simulator cannot play it: no playbook task matches "

@@ -258,3 +258,12 @@ def test_a_bench_side_runs_through_the_real_litellm_proxy_with_its_keys_nowhere_
     assert any("transcripts" in f.parts for f in written)
     assert not [f for f in written if provider_key.encode() in f.read_bytes() or run_key.encode() in f.read_bytes()]
     assert not [line for pid in process_tree({os.getpid()}) if (line := cmdline(pid)) and provider_key in line]
+
+
+def test_check_names_the_missing_provider_key_before_any_money_is_spent(monkeypatch):
+    monkeypatch.delenv(models.OPENAI_KEY_ENV, raising=False)
+    monkeypatch.setattr(gateway, "executable", lambda: Path("/nonexistent/litellm"))
+    real = config.parse(_model_doc(backend="openai", name="gpt-5-mini")).model
+    with pytest.raises(BrokenEnvironment, match="OPENAI_API_KEY is not set"):
+        backends.preflight(real)
+    backends.preflight(config.parse(_model_doc(backend="openai", name="gpt-5-mini", upstream="simulator")).model)

@@ -62,6 +62,17 @@ def session_endpoint(model: Model, session: SessionRef | str | None = None) -> E
     return Endpoint(model.endpoint.rstrip("/") + route)
 
 
+def preflight(params: Any) -> None:
+    """What `skillevo check` asks of a backend before any money is spent: a real backend's credential, the
+    gateway's LiteLLM and provider key (BrokenEnvironment naming the fix). Starts nothing."""
+    if params.backend in models.GATEWAY_BACKENDS:
+        from skillevo.backends import gateway
+
+        gateway.preflight(params, simulated=params.simulated)
+    elif not params.simulated:
+        models.resolve(params, None)
+
+
 @contextmanager
 def open_model(params: Any, *, simulator: Any = None,
                name: str | None = None) -> Iterator[tuple[Model, Credential | None]]:

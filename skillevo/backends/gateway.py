@@ -68,6 +68,17 @@ def provider_key_env(params: Any) -> str | None:
     return models.OPENAI_KEY_ENV if params.backend == "openai" else params.key_env
 
 
+def preflight(params: Any, simulated: bool = False) -> Path:
+    """What must hold before the proxy can start (BrokenEnvironment naming the fix): the pinned LiteLLM, and the
+    provider's key in the environment unless the simulator answers upstream. Returns the proxy's command."""
+    command = executable()
+    key_env = provider_key_env(params)
+    if not simulated and key_env is not None and not os.environ.get(key_env):
+        raise BrokenEnvironment(f"model.backend is {params.backend} but {key_env} is not set in the environment "
+                                "(export it; never put it in a file) (rule: a credential from the environment)")
+    return command
+
+
 def config(params: Any, name: str, upstream_url: str | None, key_env: str | None) -> dict[str, Any]:
     """The proxy's config: one model, the provider's key by variable name only, the master key likewise."""
     if upstream_url is not None:
@@ -125,16 +136,13 @@ def open_gateway(params: Any, name: str, *, upstream_url: str | None = None,
                  upstream_key: str | None = None) -> Iterator[tuple[Model, Credential]]:
     """Start the proxy for `name` and yield the Model the sessions use (its loopback URL) and the per-run key the
     relay sends; stop it after. `upstream_url`/`upstream_key`: the simulator's, offline."""
-    command = executable()
+    command = preflight(params, simulated=upstream_url is not None)
     key_env = provider_key_env(params)
     env = {k: os.environ[k] for k in PASSED_ENV if k in os.environ}
     if upstream_url is not None:
         key_env = SIMULATED_KEY_ENV
         env[key_env] = upstream_key or ""
     elif key_env is not None:
-        if not os.environ.get(key_env):
-            raise BrokenEnvironment(f"model.backend is {params.backend} but {key_env} is not set in the environment "
-                                    "(export it; never put it in a file) (rule: a credential from the environment)")
         env[key_env] = os.environ[key_env]
     run_key = f"sk-skillevo-run-{secrets.token_hex(24)}"
     hidden = tuple(v for v in (run_key, env.get(key_env or "")) if v)
