@@ -13,6 +13,7 @@ import shutil
 from pathlib import Path
 
 from skillevo.agent import install
+from skillevo.core.arms import McpServer
 from skillevo.core.errors import BrokenEnvironment
 from skillevo.core.pins import CLAUDE_CODE_VERSION
 
@@ -64,17 +65,26 @@ def settings(tools: tuple[str, ...]) -> dict:
     }
 
 
-def argv(*, model: str, tools: tuple[str, ...], max_turns: int | None = None, effort: str | None = None) -> list[str]:
+def mcp_config(servers: tuple[McpServer, ...]) -> str:
+    """--mcp-config's JSON: the arm's stdio servers only (--strict-mcp-config ignores every other source, so a
+    workspace's .mcp.json or a user config never adds one)."""
+    return json.dumps({"mcpServers": {s.name: {"type": "stdio", "command": s.command, "args": list(s.args), "env": {}}
+                                      for s in servers}}, separators=(",", ":"))
+
+
+def argv(*, model: str, tools: tuple[str, ...], max_turns: int | None = None, effort: str | None = None,
+         mcp: tuple[McpServer, ...] = ()) -> list[str]:
+    allowed = (*tools, *(s.tools for s in mcp))  # `mcp__<server>` allows every tool of that server
     args = [
         CLI_DST, "-p",
         "--input-format", "text",
         "--output-format", "stream-json", "--verbose",
         "--model", model,
-        "--settings", json.dumps(settings(tools), separators=(",", ":")),
+        "--settings", json.dumps(settings(allowed), separators=(",", ":")),
         "--setting-sources", "project",
-        "--strict-mcp-config", "--mcp-config", '{"mcpServers":{}}',
+        "--strict-mcp-config", "--mcp-config", mcp_config(mcp),
         "--tools", ",".join(tools),
-        "--allowedTools", ",".join(tools),
+        "--allowedTools", ",".join(allowed),
         "--permission-mode", "dontAsk",
         "--no-session-persistence",
     ]

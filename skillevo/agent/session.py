@@ -43,6 +43,7 @@ class SessionSpec:
     credential: models.Credential | None = None  # the real key or token; it stays on the host side of the relay
     headers: tuple[tuple[str, str], ...] = ()  # the relay's own headers (skillevo.backends.Endpoint)
     prices: models.Prices | None = None  # a gateway backend's prices: the session's cost is its usage at them
+    mcp: tuple[arms.McpServer, ...] = ()  # the arm's MCP servers, started by the CLI inside the sandbox
     expected_skill: str | None = None  # a skill name, arms.AUTO or arms.NONE (an arm's session); None: no check
     # workspace-relative, over-mounted read-only: skills and project settings
     readonly_paths: tuple[str, ...] = (".claude",)
@@ -123,7 +124,8 @@ def run_session(spec: SessionSpec) -> dict[str, Any]:
         mounts += list(spec.mounts)
         box = SandboxSpec(workspace=spec.workspace, private=private / "box", env=_env(spec), mounts=tuple(mounts),
                           relay_socket_dir=private / "relay", limits=spec.limits)
-        argv = cli.argv(model=spec.model, tools=spec.tools, max_turns=spec.max_turns, effort=spec.effort)
+        argv = cli.argv(model=spec.model, tools=spec.tools, max_turns=spec.max_turns, effort=spec.effort,
+                        mcp=spec.mcp)
         cred = spec.credential  # sent by the relay in the header the CLI would use for its variable
         with sandbox.Relay(spec.endpoint, cred.secret if cred else None, private / "relay", timeout_s=spec.timeout_s,
                            auth_header=cred.header if cred else "x-api-key", headers=spec.headers) as relay:

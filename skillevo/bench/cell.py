@@ -189,7 +189,7 @@ def _sessions(spec: CellSpec, ws: Path, row: dict, artifacts: dict, credential: 
                 endpoint = backends.session_endpoint(spec.model, _session_ref(spec, i + 1))
                 rec = run_session(SessionSpec(
                     prompt=session.prompt.format(prompt=spec.task.prompt), workspace=ws, model=spec.model.name,
-                    endpoint=endpoint.url, headers=endpoint.headers, prices=spec.model.prices,
+                    endpoint=endpoint.url, headers=endpoint.headers, prices=spec.model.prices, mcp=spec.arm.mcp,
                     credential=credential, expected_skill=session.skill,
                     transcript_dir=Path(tdir), transcript_name=f"{spec.name}-s{i + 1}-{session.skill}",
                     timeout_s=spec.task.timeout_s, max_retries=spec.max_retries, effort=spec.model.effort,

@@ -3,13 +3,17 @@ baseline arm (every session `none`: no skill installed), what each arm resolves 
 
 from __future__ import annotations
 
+import re
 from collections import defaultdict
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
 from skillevo.core import safefs
 from skillevo.core.arms import is_baseline
-from skillevo.core.results import aggregate
+from skillevo.core.results import EXCLUDED_ERROR_KINDS, aggregate
+
+MCP_TOOL = re.compile(r"\bmcp__[A-Za-z0-9_-]+__[A-Za-z0-9_-]+")
 
 
 def _fmt(value: Any, digits: int = 0) -> str:
@@ -56,7 +60,33 @@ def against_baseline(provenance: dict[str, Any], aggs: dict[tuple[str, str], dic
     return lines
 
 
-def render(provenance: dict[str, Any], rows: list[dict[str, Any]]) -> str:
+def named_mcp_tools(files: Iterable[bytes]) -> set[str]:
+    """The MCP tools the skills tell the agent to call, by their full names (mcp__<server>__<tool>)."""
+    return {m for data in files for m in MCP_TOOL.findall(data.decode(errors="replace"))}
+
+
+def mcp_use(provenance: dict[str, Any], rows: list[dict[str, Any]], named: set[str]) -> list[str]:
+    """Per arm and MCP tool (named by the skills, or called in some run): how many valid runs called it, and the
+    ones to look at: a tool the skills name that runs never called, a call with no server in the arm."""
+    tools = sorted(named | {t for r in rows for t in r["tool_uses"] if t.startswith("mcp__")})
+    servers = {a["name"]: set(a.get("mcp") or ()) for a in provenance["arms"]}
+    if not tools and not any(servers.values()):
+        return []
+    lines = ["## MCP tools", "", "| arm | servers | tool | runs that called it | note |", "|---|---|---|---|---|"]
+    for arm in (a["name"] for a in provenance["arms"]):
+        valid = [r for r in rows if r["arm"] == arm and r["error_kind"] not in EXCLUDED_ERROR_KINDS]
+        for tool in tools:
+            called = sum(1 for r in valid if r["tool_uses"].get(tool))
+            server = tool.split("__")[1]
+            note = ("**no server for it in this arm**: every call failed" if called and server not in servers[arm]
+                    else f"**never called**, though the skills name it ({len(valid)} runs)"
+                    if not called and tool in named and valid else "")
+            lines.append(f"| {arm} | {', '.join(sorted(servers[arm])) or '—'} | `{tool}` | {called}/{len(valid)} | "
+                         f"{note} |")
+    return [*lines, "", "A run counts once however often it called the tool, whether or not a call succeeded.", ""]
+
+
+def render(provenance: dict[str, Any], rows: list[dict[str, Any]], named: set[str] = frozenset()) -> str:
     m = provenance["model"]
     classes = {b["id"]: b["class"] for b in provenance["task_bindings"]}
     aggs = aggregate(rows, classes, [a["name"] for a in provenance["arms"]])
@@ -89,6 +119,7 @@ def render(provenance: dict[str, Any], rows: list[dict[str, Any]]) -> str:
                      f"{_fmt(a['num_turns'])} | {_fmt(a['wall_s'], 1)} | {churn} | {errors} |")
     lines += ["", "Medians over valid runs. Token and turn columns count the main agent loop only.", ""]
     lines += against_baseline(provenance, aggs)
+    lines += mcp_use(provenance, rows, set(named))
     alarms = contamination(rows)
     if alarms:
         lines += ["## Contamination alarm", ""]
@@ -99,5 +130,7 @@ def render(provenance: dict[str, Any], rows: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
-def write_report(path: Path, provenance: dict[str, Any], rows: list[dict[str, Any]]) -> None:
-    safefs.write_atomic(path, render(provenance, rows).encode())
+def write_report(path: Path, provenance: dict[str, Any], rows: list[dict[str, Any]],
+                 skills: Mapping[str, bytes] | None = None) -> None:
+    """`skills`: the family's files as the side installed them (the MCP tools they name)."""
+    safefs.write_atomic(path, render(provenance, rows, named_mcp_tools((skills or {}).values())).encode())

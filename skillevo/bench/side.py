@@ -331,6 +331,6 @@ def run_side(p: SidePlan, params: Params, out: Path, *, executor: Executor | Non
         }
         validate(provenance, "bench-run", out / "bench.json")
         safefs.write_atomic(staging / "bench.json", documents.dump_json(provenance))
-        write_report(staging / "report.md", provenance, rows)
+        write_report(staging / "report.md", provenance, rows, {**p.family, **(p.overlay or {})})
         _publish(staging, out, partial=False)
     return rows

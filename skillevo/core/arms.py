@@ -36,10 +36,26 @@ class Session:
 
 
 @dataclass(frozen=True)
+class McpServer:
+    """An MCP server an arm's sessions get: a stdio command the CLI starts inside the cell's sandbox (so with its
+    containment: the workspace, no network), relative to the workspace or absolute inside the sandbox."""
+
+    name: str
+    command: str
+    args: tuple[str, ...] = ()
+
+    @property
+    def tools(self) -> str:
+        """The prefix of its tools' names, as the CLI calls them (and the permission rule that allows them all)."""
+        return f"mcp__{self.name}"
+
+
+@dataclass(frozen=True)
 class Arm:
     name: str
     incumbent: str  # the arm itself for incumbents; the paired incumbent for candidates
     sessions: tuple[Session, ...]
+    mcp: tuple[McpServer, ...] = ()  # the MCP servers its sessions get (params arms.<name>.mcp)
 
     @property
     def skills(self) -> tuple[str, ...]:
@@ -60,7 +76,10 @@ class Arm:
         return bool(touched_skills & set(self.skills)) or (AUTO in self.skills and bool(touched_skills))
 
     def describe(self) -> dict[str, Any]:
-        return {"name": self.name, "incumbent_arm": self.incumbent, "skills": list(self.skills)}
+        found = {"name": self.name, "incumbent_arm": self.incumbent, "skills": list(self.skills)}
+        if self.mcp:
+            found["mcp"] = sorted(server.name for server in self.mcp)
+        return found
 
 
 def is_baseline(skills: Sequence[str]) -> bool:
@@ -115,7 +134,7 @@ def check_skills(arms: Mapping[str, Arm], known: Iterable[str], source: str = "p
 
 
 def candidate(arm: Arm) -> Arm:
-    return Arm(candidate_arm(arm.name), arm.name, arm.sessions)
+    return Arm(candidate_arm(arm.name), arm.name, arm.sessions, arm.mcp)
 
 
 def required_candidate_arms(touched_skills: set[str], arms: Mapping[str, Arm]) -> list[Arm]:

@@ -20,7 +20,7 @@ from typing import Any, TypeVar
 import yaml
 
 from skillevo.core import documents, layout, models, safefs
-from skillevo.core.arms import Arm, Session, check_shapes
+from skillevo.core.arms import Arm, McpServer, Session, check_shapes
 from skillevo.core.errors import BadInput
 from skillevo.core.limits import Limits
 from skillevo.core.schemas import fill_defaults, load_schema, validate
@@ -306,7 +306,9 @@ def parse(doc: Any, source: str = "params.yaml", *, today: date | None = None) -
     if filled["propose"]["model"] is not None:
         notes += models.check_id(filled["propose"]["model"], f"{source}: propose.model", today, backend, priced)
     arms = {name: Arm(name, name, tuple(Session(s["skill"], s["prompt"], None if s["writes"] is None else
-                                                tuple(s["writes"])) for s in spec["sessions"]))
+                                                tuple(s["writes"])) for s in spec["sessions"]),
+                      tuple(McpServer(n, m["command"], tuple(m.get("args", [])))
+                            for n, m in sorted(spec["mcp"].items())))
             for name, spec in sorted(filled["arms"].items())}
     check_shapes(arms, source)
     skills = filled["skills"]

@@ -63,6 +63,18 @@ def _tool_for(step: Step, cwd: str) -> ToolUse | None:
     if step.kind == "edit":
         return "Edit", {"file_path": _abs(cwd, step.arg["path"]), "old_string": step.arg["old"],
                         "new_string": step.arg["new"]}
+    if step.kind == "mcp":
+        return step.arg["tool"], dict(step.arg.get("input") or {})
+    return None
+
+
+def _uninformed(steps: list[Step], conv: Conversation, first: int) -> str | None:
+    """The MCP tool whose answer, already in the conversation, lacked what its step expects: an agent whose skill
+    depends on that tool has nothing to go on. `first`: the result of steps[0] (after a Skill call, 1)."""
+    for j, step in enumerate(steps):
+        if step.kind == "mcp" and "expect" in step.arg and first + j < len(conv.results):
+            if step.arg["expect"] not in conv.results[first + j].text:
+                return step.arg["tool"]
     return None
 
 
@@ -143,7 +155,7 @@ def _follow(steps: list[Step], index: int, cwd: str, done: str, noise: SessionNo
         tool = _tool_for(step, cwd)
         if tool is None:
             return Reply(text=step.arg)
-        target = step.arg if isinstance(step.arg, str) else step.arg["path"]
+        target = step.arg if isinstance(step.arg, str) else step.arg.get("path") or step.arg["tool"]
         return Reply(text=_narrate(noise.narration_chars, f"{tool[0]} {target}"), tool=tool)
     summary = _narrate(noise.narration_chars, "a short summary of the change")
     return Reply(text=done if summary is None else f"{done} {summary}")
@@ -214,6 +226,10 @@ def normal(conv: Conversation, book: Playbook, noise: SessionNoise = QUIET) -> R
                           f"with the {skill} skill.")
     own = book.steps(task, skill, text, noise.mistake)
     steps = _stuck(_explore(task, skill, effects.noise, own), own, effects.repeats)
+    missing = _uninformed(steps, conv, 1)
+    if missing is not None:
+        return Reply(text=f"The {missing} tool gave me nothing to go on, and the {skill} skill needs it for "
+                          f"{task.id}: stopping without a change.")
     return _follow(steps, conv.turns - 1, conv.cwd, f"Finished {task.id} with the {skill} skill.", effects.noise)
 
 

@@ -50,7 +50,7 @@ class Instruction:
 
 @dataclass(frozen=True)
 class Step:
-    kind: str  # read | bash | write | edit | say
+    kind: str  # read | bash | write | edit | mcp | say
     arg: Any
     when: str | None = None
     unless: str | None = None
@@ -95,7 +95,7 @@ class Playbook:
                 if ins.effect is not None and ins.effect.applies_to(task.id) and ins.present_in(skill_text)]
 
 
-_KINDS = ("read", "bash", "write", "edit", "say")
+_KINDS = ("read", "bash", "write", "edit", "mcp", "say")
 
 
 def _effect(raw: dict[str, Any], ins: str, task_ids: set[str], source: str | Path) -> Effect:
