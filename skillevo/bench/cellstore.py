@@ -76,7 +76,8 @@ def material(spec: CellSpec, ctx: Context) -> dict[str, Any]:
     return json.loads(canonical_json({
         "format": FORMAT, "task": spec.task.binding, "task_binding_digest": spec.task.binding_digest,
         "arm": {"name": spec.arm.name, "incumbent": spec.arm.incumbent,
-                "sessions": [asdict(s) for s in spec.arm.sessions], "mcp": [asdict(m) for m in spec.arm.mcp]},
+                "sessions": [asdict(s) for s in spec.arm.sessions], "mcp": [asdict(m) for m in spec.arm.mcp],
+                "comparator": None if spec.arm.comparator is None else spec.arm.comparator.describe()},
         "run": spec.run, "side": spec.side, "replicate": ctx.replicate, "control_for": spec.control_for,
         "skills_digest": spec.skills_digest, "overlay_digest": spec.overlay_digest, "base_commit": spec.base_commit,
         "model": model.identity(),

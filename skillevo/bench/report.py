@@ -41,14 +41,18 @@ def _totals(aggs: dict[tuple[str, str], dict[str, Any]], arm: str, tasks: list[s
 
 
 def against_baseline(provenance: dict[str, Any], aggs: dict[tuple[str, str], dict[str, Any]]) -> list[str]:
-    """Per arm, against each baseline arm, over the tasks both ran: resolution in points and cost in dollars and
-    percent (the sum of per-task median costs), so what a skill buys and what it costs is read off one line."""
+    """Per arm, against each baseline arm and each comparator arm, over the tasks both ran: resolution in points
+    and cost in dollars and percent (the sum of per-task median costs), so what a skill buys and what it costs is
+    read off one line."""
     names = [a["name"] for a in provenance["arms"]]
     lines = []
-    for base in (a["name"] for a in provenance["arms"] if is_baseline(a["skills"])):
-        lines += [f"## Against the baseline `{base}` (no skill installed)", "",
-                  "| arm | resolved | baseline resolved | resolution vs baseline | cost $ | baseline cost $ | "
-                  "cost vs baseline |", "|---|---|---|---|---|---|---|"]
+    references = [(a["name"], "baseline", "no skill installed") for a in provenance["arms"] if is_baseline(a["skills"])]
+    references += [(a["name"], "comparator", f"the pinned skill set {c['source']} at {c['commit'][:12]}, "
+                                             f"{c['path']}") for a in provenance["arms"] if (c := a.get("comparator"))]
+    for base, kind, what in references:
+        lines += [f"## Against the {kind} `{base}` ({what})", "",
+                  f"| arm | resolved | {kind} resolved | resolution vs {kind} | cost $ | {kind} cost $ | "
+                  f"cost vs {kind} |", "|---|---|---|---|---|---|---|"]
         for arm in (n for n in names if n != base):
             tasks = sorted(t for (t, a) in aggs if a == arm and (t, base) in aggs)
             (res, runs, cost), (b_res, b_runs, b_cost) = _totals(aggs, arm, tasks), _totals(aggs, base, tasks)

@@ -17,6 +17,7 @@ from pathlib import Path
 from skillevo.bench import workspace
 from skillevo.bench.cell import CellSpec
 from skillevo.core import arms as arms_mod
+from skillevo.core import comparators as comparators_mod
 from skillevo.core import frontmatter, layout, models, safefs
 from skillevo.core import modes as modes_mod
 from skillevo.core import tasks as tasks_mod
@@ -45,6 +46,7 @@ class SidePlan:
     controls: list[arms_mod.Arm] = dataclass_field(default_factory=list)  # candidate side: the incumbent arms it
     # runs beside its candidate arms, in the same moment, interleaved (docs/gate.md, contemporaneous controls)
     replicate: int = 0
+    comparators: dict[str, comparators_mod.SkillSet] = dataclass_field(default_factory=dict)  # by arm name
 
     @property
     def moment(self) -> str:
@@ -64,7 +66,11 @@ def plan(side: str, tasks_file: Path, skills_dir: Path, overlay_dir: Path | None
     family = layout.read_family(skills_dir, params.skills.frontmatter_keys, executables)
     if modes is not None:
         modes_mod.check(modes, skills_dir, executables)
-    arms_mod.check_skills(params.arms, layout.skill_names_in(family), params.source)
+    sets = {name: comparators_mod.read(arm.comparator, Path(params.source).parent, params.skills.frontmatter_keys,
+                                       f"{params.source}: arms.{name}.comparator")
+            for name, arm in sorted(params.arms.items()) if arm.comparator is not None and side == "incumbent"}
+    arms_mod.check_skills(params.arms, layout.skill_names_in(family), params.source,
+                          {name: layout.skill_names_in(found.files) for name, found in sets.items()})
     layout.check_evolvable(params.skills.evolvable, family, params.source)
     expensive = params.bench.include_expensive if include_expensive is None else include_expensive
     loaded = tasks_mod.load(tasks_file, target_roots=params.tasks.target_roots)
@@ -76,7 +82,9 @@ def plan(side: str, tasks_file: Path, skills_dir: Path, overlay_dir: Path | None
     if side == "incumbent":
         if overlay_dir is not None:
             raise BadInput("the incumbent side takes no overlay (rule: --overlay is for the candidate side)")
-        arm_list = [params.arms[n] for n in sorted(params.arms)]
+        arm_list = [params.arms[n] if n not in sets else  # a comparator's digest goes into its cells' keys
+                    replace(params.arms[n], comparator=replace(params.arms[n].comparator, digest=sets[n].digest))
+                    for n in sorted(params.arms)]
     else:
         if overlay_dir is None:
             raise BadInput("the candidate side needs --overlay, a frozen overlay directory (<skill>/...md)")
@@ -94,13 +102,16 @@ def plan(side: str, tasks_file: Path, skills_dir: Path, overlay_dir: Path | None
     runs = params.sampling.runs if side == "candidate" else params.sampling.incumbent_runs
     return SidePlan(side, tasks_file, family, files, chosen, skipped, arm_list, runs,
                     layout.tree_digest(family, executables), overlay_digest, split, frozenset(executables),
-                    frozenset(overlay_executables), controls, params.sampling.replicate)
+                    frozenset(overlay_executables), controls, params.sampling.replicate, sets)
 
 
 def _template(p: SidePlan, tree: Path, kind: str, dest: Path) -> str:
     """A task's template for one kind of arm. A baseline arm's (skills `none`) holds no skill of the family, only
     an empty .claude/, over-mounted read-only like every arm's: the CLI finds no project skill (it still lists
     its own bundled ones, as it would for a user without skills) and the agent cannot install one."""
+    if kind.startswith("comparator-"):  # a comparator arm's pinned set, in place of the family
+        found = p.comparators[kind.removeprefix("comparator-")]
+        return workspace.build_template(tree, found.files, None, dest, found.executables)
     if kind == "baseline":
         base = workspace.build_template(tree, {}, None, dest)
         (dest / ".claude").mkdir(exist_ok=True)
@@ -123,7 +134,8 @@ def build_cells(p: SidePlan, bench: BenchParams, mdl: models.Model, scratch: Pat
         templates: dict[str, tuple[Path, str]] = {}
         for arm in (*p.controls, *p.arms):
             cand = arm.is_candidate
-            kind = "baseline" if arm.is_baseline else "candidate" if cand else "incumbent"
+            kind = (f"comparator-{arm.name}" if arm.is_comparator else "baseline" if arm.is_baseline else
+                    "candidate" if cand else "incumbent")
             if kind not in templates:
                 dest = scratch / "templates" / f"{task.id}-{kind}"
                 templates[kind] = (dest, _template(p, tree, kind, dest))

@@ -19,6 +19,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from skillevo.core.comparators import Comparator
 from skillevo.core.errors import BadInput
 from skillevo.core.layout import candidate_arm
 
@@ -56,6 +57,11 @@ class Arm:
     incumbent: str  # the arm itself for incumbents; the paired incumbent for candidates
     sessions: tuple[Session, ...]
     mcp: tuple[McpServer, ...] = ()  # the MCP servers its sessions get (params arms.<name>.mcp)
+    comparator: Comparator | None = None  # installs this pinned external set instead of the family
+
+    @property
+    def is_comparator(self) -> bool:
+        return self.comparator is not None
 
     @property
     def skills(self) -> tuple[str, ...]:
@@ -72,13 +78,18 @@ class Arm:
         return is_baseline(self.skills)
 
     def depends_on(self, touched_skills: set[str]) -> bool:
-        """Whether changing these skills can change what the arm's sessions do."""
+        """Whether changing these skills can change what the arm's sessions do (a comparator's never: it has none
+        of the family)."""
+        if self.is_comparator:
+            return False
         return bool(touched_skills & set(self.skills)) or (AUTO in self.skills and bool(touched_skills))
 
     def describe(self) -> dict[str, Any]:
         found = {"name": self.name, "incumbent_arm": self.incumbent, "skills": list(self.skills)}
         if self.mcp:
             found["mcp"] = sorted(server.name for server in self.mcp)
+        if self.comparator is not None:
+            found["comparator"] = self.comparator.describe()
         return found
 
 
@@ -116,24 +127,32 @@ def check_shapes(arms: Mapping[str, Arm], source: str = "params.yaml") -> None:
                                "(rule: the model chooses from the descriptions alone)")
 
 
-def check_skills(arms: Mapping[str, Arm], known: Iterable[str], source: str = "params.yaml") -> None:
-    """Every session names a skill of the family, `auto` or `none`, and no family skill takes either of those
-    names; plus check_shapes (BadInput naming the params key)."""
-    known = set(known)
-    reserved = sorted(known & set(CHOICES))
-    if reserved:
-        raise BadInput(f"{source}: skill {reserved[0]!r} takes a name arms use for a choice ({', '.join(CHOICES)}) "
-                       "(rule: reserved skill names)")
-    for name, arm in sorted(arms.items()):
-        for i, session in enumerate(arm.sessions):
-            if session.skill not in known and session.skill not in CHOICES:
-                raise BadInput(f"{source}: arms.{name}.sessions[{i}].skill: {session.skill!r} is not a skill of the "
-                               f"family ({', '.join(sorted(known))}), {AUTO} or {NONE} "
+def check_skills(arms: Mapping[str, Arm], known: Iterable[str], source: str = "params.yaml",
+                 comparators: Mapping[str, Iterable[str]] | None = None) -> None:
+    """Every session names a skill of its arm's set (the family's, or a comparator arm's own, given in
+    `comparators` by arm name once read; unread, it is not checked yet), `auto` or `none`, and no skill takes
+    either of those names; plus check_shapes (BadInput naming the params key)."""
+    sets = {name: set(known) for name in arms}
+    for name, arm in arms.items():
+        if arm.is_comparator:
+            sets[name] = set((comparators or {}).get(name, ())) if name in (comparators or {}) else None
+    for name, names in sorted((n, s) for n, s in sets.items() if s is not None):
+        reserved = sorted(names & set(CHOICES))
+        if reserved:
+            raise BadInput(f"{source}: skill {reserved[0]!r} takes a name arms use for a choice ({', '.join(CHOICES)}) "
+                           "(rule: reserved skill names)")
+        what = "its comparator's set" if arms[name].is_comparator else "the family"
+        for i, session in enumerate(arms[name].sessions):
+            if session.skill not in names and session.skill not in CHOICES:
+                raise BadInput(f"{source}: arms.{name}.sessions[{i}].skill: {session.skill!r} is not a skill of "
+                               f"{what} ({', '.join(sorted(names))}), {AUTO} or {NONE} "
                                "(rule: arms use existing skills)")
     check_shapes(arms, source)
 
 
 def candidate(arm: Arm) -> Arm:
+    if arm.is_comparator:
+        raise ValueError(f"{arm.name} is a comparator arm: never evolved")
     return Arm(candidate_arm(arm.name), arm.name, arm.sessions, arm.mcp)
 
 

@@ -21,6 +21,7 @@ import yaml
 
 from skillevo.core import documents, layout, models, safefs
 from skillevo.core.arms import Arm, McpServer, Session, check_shapes
+from skillevo.core.comparators import Comparator
 from skillevo.core.errors import BadInput
 from skillevo.core.limits import Limits
 from skillevo.core.schemas import fill_defaults, load_schema, validate
@@ -308,7 +309,8 @@ def parse(doc: Any, source: str = "params.yaml", *, today: date | None = None) -
     arms = {name: Arm(name, name, tuple(Session(s["skill"], s["prompt"], None if s["writes"] is None else
                                                 tuple(s["writes"])) for s in spec["sessions"]),
                       tuple(McpServer(n, m["command"], tuple(m.get("args", [])))
-                            for n, m in sorted(spec["mcp"].items())))
+                            for n, m in sorted(spec["mcp"].items())),
+                      None if spec["comparator"] is None else Comparator(**spec["comparator"]))
             for name, spec in sorted(filled["arms"].items())}
     check_shapes(arms, source)
     skills = filled["skills"]

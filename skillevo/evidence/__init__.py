@@ -96,13 +96,18 @@ def make_bundle(*, params: Params, previous: str | Path | None, seed: str | Path
 
 def _drop_baselines(inputs: Inputs, params: Params) -> None:
     """Rows of a baseline arm (skills `none`: no skill installed) say nothing about the skills' text, and as
-    unresolved runs they would come first and crowd the bounded bundle: the proposer does not see them."""
-    baselines = {name for name, arm in params.arms.items() if arm.is_baseline}
-    kept = [row for row in inputs.rows if row.row["incumbent_arm"] not in baselines]
-    if len(kept) < len(inputs.rows):
-        inputs.dropped.append({"what": f"{len(inputs.rows) - len(kept)} rows of baseline arms "
-                                       f"({', '.join(sorted(baselines))})",
-                               "reason": "left out: no skill was installed, so they teach nothing about the skills"})
+    unresolved runs they would come first and crowd the bounded bundle; a comparator arm's ran another skill set,
+    which the proposer must not copy from: the proposer sees neither."""
+    left_out = {name: "baseline" for name, arm in params.arms.items() if arm.is_baseline}
+    left_out |= {name: "comparator" for name, arm in params.arms.items() if arm.is_comparator}
+    kept = [row for row in inputs.rows if row.row["incumbent_arm"] not in left_out]
+    for kind, reason in (("baseline", "no skill was installed, so they teach nothing about the skills"),
+                         ("comparator", "they ran a pinned external skill set, never the family's")):
+        names = sorted(n for n, k in left_out.items() if k == kind)
+        dropped = sum(1 for row in inputs.rows if row.row["incumbent_arm"] in names)
+        if dropped:
+            inputs.dropped.append({"what": f"{dropped} rows of {kind} arms ({', '.join(names)})",
+                                   "reason": f"left out: {reason}"})
     inputs.rows = kept
 
 
