@@ -267,3 +267,18 @@ def test_check_names_the_missing_provider_key_before_any_money_is_spent(monkeypa
     with pytest.raises(BrokenEnvironment, match="OPENAI_API_KEY is not set"):
         backends.preflight(real)
     backends.preflight(config.parse(_model_doc(backend="openai", name="gpt-5-mini", upstream="simulator")).model)
+
+
+def test_openai_caches_a_prefix_unasked_so_a_sessions_later_request_reads_what_the_earlier_wrote():
+    from skillevo.simulator.cache import PromptCache
+
+    first = {"model": "gpt-5-mini", "messages": [{"role": "system", "content": "S" * 20000},
+                                                 {"role": "user", "content": "U" * 8000}]}
+    later = {**first, "messages": [*first["messages"], {"role": "assistant", "content": "ok"},
+                                   {"role": "user", "content": "more"}]}
+    cache = PromptCache()
+    raw = [len(json.dumps(b)) for b in (first, later)]
+    one = cache.usage(("s",), openai_dialect.to_messages(first), raw[0])
+    two = cache.usage(("s",), openai_dialect.to_messages(later), raw[1])
+    assert one["cache_read_input_tokens"] == 0 and one["cache_creation_input_tokens"] > 0
+    assert two["cache_read_input_tokens"] >= one["cache_creation_input_tokens"] > 0

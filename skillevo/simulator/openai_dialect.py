@@ -5,8 +5,9 @@ written as OpenAI writes one (plain or streamed chunks, usage with cached tokens
 The translation is the inverse of the gateway's, so the agent sees the same conversation either way: system
 messages are the system prompt; consecutive user and tool messages are one user turn (a tool message is a
 tool_result block, with the id of the call it answers); an assistant message's tool calls are tool_use blocks.
-Prompt caching: OpenAI reports cached input tokens and never charges for writes, so the simulator's cache split
-(cache.py) reaches the gateway as `prompt_tokens_details.cached_tokens` and the writes count as plain input.
+Prompt caching: OpenAI caches a prompt's prefix automatically, reports cached input tokens and never charges for
+writes; so every request gets breakpoints after its system prompt and at its end, and the simulator's cache split
+(cache.py) reaches the gateway as `prompt_tokens_details.cached_tokens`, the writes as plain input.
 """
 
 from __future__ import annotations
@@ -69,8 +70,17 @@ def to_messages(body: dict[str, Any]) -> dict[str, Any]:
             messages.append({"role": "assistant", "content": blocks})
     tools = [{"name": t["function"].get("name"), "input_schema": t["function"].get("parameters") or {}}
              for t in body.get("tools") or [] if isinstance(t, dict) and isinstance(t.get("function"), dict)]
+    _automatic_cache(system, messages)
     return {"model": body.get("model"), "system": system, "tools": tools, "messages": messages,
             "stream": bool(body.get("stream"))}
+
+
+def _automatic_cache(system: list[dict[str, Any]], messages: list[dict[str, Any]]) -> None:
+    """OpenAI caches a prompt's prefix without being asked: a breakpoint after the system prompt and at the end of
+    the request lets the simulator's cache (cache.py) find what an earlier request of the session wrote."""
+    for blocks in (system, messages[-1]["content"] if messages else []):
+        if blocks and "cache_control" not in blocks[-1]:
+            blocks[-1] = {**blocks[-1], "cache_control": {"type": "ephemeral"}}
 
 
 def _usage(usage: dict[str, int]) -> dict[str, Any]:
