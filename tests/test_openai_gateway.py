@@ -282,3 +282,12 @@ def test_openai_caches_a_prefix_unasked_so_a_sessions_later_request_reads_what_t
     two = cache.usage(("s",), openai_dialect.to_messages(later), raw[1])
     assert one["cache_read_input_tokens"] == 0 and one["cache_creation_input_tokens"] > 0
     assert two["cache_read_input_tokens"] >= one["cache_creation_input_tokens"] > 0
+
+
+def test_a_gateway_with_the_ray_executor_is_refused_it_listens_on_loopback_only():
+    from skillevo.bench import side as side_module
+
+    doc = _model_doc(backend="openai", name="gpt-5-mini", upstream="simulator")
+    doc["bench"]["executor"] = "ray"
+    with pytest.raises(BadInput, match=r"\(rule: a gateway is loopback\)"):
+        side_module._executor(config.parse(doc), None)

@@ -18,6 +18,7 @@ from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from typing import Any
 
+from skillevo.backends import gateway
 from skillevo.core import models
 from skillevo.core.errors import BrokenEnvironment
 from skillevo.core.models import Credential, Model
@@ -66,8 +67,6 @@ def preflight(params: Any) -> None:
     """What `skillevo check` asks of a backend before any money is spent: a real backend's credential, the
     gateway's LiteLLM and provider key (BrokenEnvironment naming the fix). Starts nothing."""
     if params.backend in models.GATEWAY_BACKENDS:
-        from skillevo.backends import gateway
-
         gateway.preflight(params, simulated=params.simulated)
     elif not params.simulated:
         models.resolve(params, None)
@@ -89,9 +88,7 @@ def open_model(params: Any, *, simulator: Any = None,
             if params.backend in models.GATEWAY_BACKENDS:  # the proxy must show the provider key to get an answer
                 simulator.api_key = f"sk-skillevo-provider-{secrets.token_hex(16)}"
             sim_url = stack.enter_context(simulator).url()
-        if params.backend in models.GATEWAY_BACKENDS:
-            from skillevo.backends import gateway  # LiteLLM is an optional extra: imported only when used
-
+        if params.backend in models.GATEWAY_BACKENDS:  # LiteLLM, an optional extra, runs as a process of its own
             model, credential = stack.enter_context(gateway.open_gateway(
                 params, name, upstream_url=sim_url, upstream_key=simulator.api_key if sim_url else None))
         else:
