@@ -291,3 +291,21 @@ def test_a_gateway_with_the_ray_executor_is_refused_it_listens_on_loopback_only(
     doc["bench"]["executor"] = "ray"
     with pytest.raises(BadInput, match=r"\(rule: a gateway is loopback\)"):
         side_module._executor(config.parse(doc), None)
+
+
+def test_a_proxy_that_fails_to_start_shows_its_log_without_either_key(monkeypatch, tmp_path):
+    """The error names what the proxy said; a proxy that prints its whole environment (as a crash dump might) must
+    not carry the provider's key or the run key into the message, a log or a terminal."""
+    fake = tmp_path / "litellm"
+    fake.write_text("#!/bin/sh\nenv\necho 'startup failed'\nexit 3\n")
+    fake.chmod(0o755)
+    monkeypatch.setattr(gateway, "executable", lambda: fake)
+    provider_key = "sk-proj-planted-provider-key-5c0d2e7a91"
+    monkeypatch.setenv(models.OPENAI_KEY_ENV, provider_key)
+    real = config.parse(_model_doc(backend="openai", name="gpt-5-mini")).model
+    with pytest.raises(BrokenEnvironment) as e, backends.open_model(real):
+        pass
+    message = str(e.value)
+    assert "exited 3" in message and "startup failed" in message and "(rule: a gateway that answers)" in message
+    assert provider_key not in message and "sk-skillevo-run-" not in message
+    assert gateway.MASTER_KEY_ENV in message  # the dump was there, its values were not
