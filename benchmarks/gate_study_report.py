@@ -95,7 +95,7 @@ def _summary(study: Study, x: float, worst: str, separate: float | None, geometr
     lines = [
         "# Gate study", "",
         f"{study.decisions} decisions per cell; 4 tasks (0.5, 1, 2, 4 USD a run); params.yaml's policy: alpha "
-        f"{p.alpha:g} (cost tested at {p.cost_alpha:.3g}), min_improvement_pct {p.min_improvement_pct:g}, "
+        f"{p.alpha:g}, min_improvement_pct {p.min_improvement_pct:g}, "
         f"max_resolution_drop_pct {p.max_resolution_drop_pct:g}, min_runs {p.min_runs}, min_total_runs "
         f"{p.min_total_runs}. A null cell's target is alpha + 3 standard errors = {study.bound:.4f} (one standard "
         f"error is {se:.4f}). Truth is the candidate's dollars per resolved task relative to the incumbent's.", "",

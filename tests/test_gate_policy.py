@@ -108,7 +108,7 @@ def test_params_defaults_and_overrides(tmp_path: Path):
     assert DEFAULT.to_dict() == {
         "policy": "per_resolved", "metric": "cost_usd", "min_runs": 3, "min_total_runs": 40, "alpha": 0.05,
         "min_improvement_pct": 5.0,
-        "quality_alpha": 0.1, "max_resolution_drop_pct": 20.0, "quality_promotion_alpha": 0.01,
+        "quality_alpha": 0.1, "max_resolution_drop_pct": 20.0,
         "max_task_regression_pct": 20.0, "max_failed_task_regression_pct": 100.0, "min_gated_task_ratio": 0.5,
         "resolution_margin": 2, "max_age_days": 90, "look_boundary": "spending",
     }

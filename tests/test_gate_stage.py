@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from skillevo.core.digests import sha256_bytes
 from skillevo.core.schemas import first_error, schema_validator
 from skillevo.stages import gate as stage
 from tests.gate_rows import CANDIDATE, INCUMBENT, bench, controls, freeze, row, runs, write_side
@@ -65,7 +66,7 @@ def test_end_to_end_as_a_module(tmp_path: Path):
     assert result.returncode == 0, result.stderr
     [line] = result.stdout.splitlines()
     assert re.fullmatch(
-        r"candidate_workflow: promote \(cost_usd per resolved task 8\.3% cheaper \(92% interval (-?\d+\.\d)% to "
+        r"candidate_workflow: promote \(cost_usd per resolved task 8\.3% cheaper \(90% interval (-?\d+\.\d)% to "
         r"(\d+\.\d)%, p=0\.0\d+\), resolved 6/6 -> 6/6\)",
         line,
     ), line
@@ -230,4 +231,7 @@ def test_rows_are_split_at_newlines_only(tmp_path: Path, capsys):
     written = [json.loads(line) for line in path.read_text(encoding="utf-8").split("\n") if line]
     path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in written), encoding="utf-8")
     assert "\u2028" in path.read_text(encoding="utf-8")
+    bench_json = json.loads((path.parent / "bench.json").read_text(encoding="utf-8"))  # as such a bench would
+    (path.parent / "bench.json").write_text(json.dumps({**bench_json, "results_sha256": sha256_bytes(
+        path.read_bytes())}), encoding="utf-8")
     assert stage.main(args) == 0, capsys.readouterr().err

@@ -104,7 +104,7 @@ def test_fresh_clone_make_demo_promotes_the_candidate_without_the_wasteful_line(
     # control; 1 proposer
     assert demo["sessions"] == 4 * 3 + 3 * 6 * 2 + 1
     report = (demo["clone"] / "results/gate/report.md").read_text()
-    assert re.search(r"candidate_auto: promote\*\* — cost_usd per resolved task \d+\.\d% cheaper \(92% interval "
+    assert re.search(r"candidate_auto: promote\*\* — cost_usd per resolved task \d+\.\d% cheaper \(90% interval "
                      r"\d+\.\d% to \d+\.\d%", report), report[:600]
     assert "What cheaper means" in report
 

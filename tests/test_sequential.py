@@ -26,9 +26,10 @@ OTHER_INCUMBENT, OTHER = "auto", "candidate_auto"
 
 
 def plan(runs_: int = 10, **sequential) -> SamplingParams:
-    """Looks on; these benches are small, so the heavy-tail minimum (tested with the gate) is off unless given."""
+    """Looks on; these benches are small, so the heavy-tail minimum (tested with the gate) is off unless given, and
+    the level is 0.04, the figures these cases were built at."""
     return section(SamplingParams, "sampling", {"runs": runs_, "sequential": {
-        "enabled": True, "min_total_runs": 1, **sequential}}, "test plan")
+        "enabled": True, "min_total_runs": 1, "alpha": 0.04, **sequential}}, "test plan")
 
 
 def increasing_looks(draw_max: int = 30):
@@ -282,7 +283,7 @@ def test_the_efficacy_level_is_the_looks_spending_boundary():
 
 def test_preflight_warns_when_interim_and_the_gate_disagree():
     from skillevo.core.config import Policy
-    policy = Policy.from_dict({"min_total_runs": 1})  # as plan() has it
+    policy = Policy.from_dict({"min_total_runs": 1, "alpha": 0.04})  # as plan() has it
     assert sampling.sequential_warnings(plan(), policy) == []
     assert any("sampling.sequential.min_total_runs 1 is not the gate's 40" in w
                for w in sampling.sequential_warnings(plan(), Policy.from_dict({})))

@@ -150,18 +150,12 @@ class Policy:
     min_improvement_pct: float
     quality_alpha: float
     max_resolution_drop_pct: float
-    quality_promotion_alpha: float
     max_task_regression_pct: float
     max_failed_task_regression_pct: float
     min_gated_task_ratio: float
     resolution_margin: int
     max_age_days: int
     look_boundary: str  # spending | bonferroni: the level at a sequential candidate side's stopped look
-
-    @property
-    def cost_alpha(self) -> float:
-        """The level the metric is tested at: alpha less the part reserved for promotions on resolution alone."""
-        return self.alpha - self.quality_promotion_alpha
 
     @classmethod
     def from_dict(cls, values: Mapping[str, Any], source: str = "gate policy") -> Policy:
@@ -252,10 +246,10 @@ def _check_plain(value: Any, source: str, path: str = "$") -> None:
 def section(cls: type[T], name: str, values: Mapping[str, Any], source: str) -> T:
     """One section on its own (a promotion's embedded policy, a test's limits), defaults filled, validated."""
     _check_plain(dict(values), source, "$")
+    if name == "gate":
+        _check_gate(values, source, "$")
     filled = fill_defaults(dict(values), load_schema(SCHEMA)["$defs"][name], load_schema(SCHEMA))
     validate(filled, SCHEMA, source, definition=name)
-    if name == "gate":
-        _check_gate(filled, source, "$")
     if cls is SamplingParams:
         return _sampling(filled)  # type: ignore[return-value]
     return _typed(cls, filled)
@@ -265,11 +259,17 @@ def _sampling(filled: Mapping[str, Any]) -> SamplingParams:
     return _typed(SamplingParams, {**filled, "sequential": _typed(SequentialParams, filled["sequential"])})
 
 
-def _check_gate(gate: Mapping[str, Any], source: str, path: str) -> None:
-    """What the schema cannot say: the part of alpha reserved for resolution must leave some for the metric."""
-    if gate["quality_promotion_alpha"] >= gate["alpha"]:
-        raise BadInput(f"{source}: {path}.quality_promotion_alpha: {gate['quality_promotion_alpha']} is not less "
-                       f"than alpha {gate['alpha']} (rule: the metric is tested at alpha minus it)")
+RETIRED_GATE_KEYS = {  # keys an older skillevo read, refused with what replaced them
+    "quality_promotion_alpha": "a promotion now makes one claim, cheaper per resolved task, and resolution only "
+                               "guards it; remove the key (docs/gate.md, claims)",
+}
+
+
+def _check_gate(gate: Any, source: str, path: str) -> None:
+    """Keys an older version read: refused by name, with what to do, before the schema calls them unknown."""
+    for key, hint in RETIRED_GATE_KEYS.items():
+        if isinstance(gate, Mapping) and key in gate:
+            raise BadInput(f"{source}: {path}.{key}: this key is retired: {hint} (rule: current params)")
 
 
 def _normalise_family(filled: dict[str, Any]) -> None:
@@ -291,10 +291,10 @@ def parse(doc: Any, source: str = "params.yaml", *, today: date | None = None) -
     if not isinstance(doc, dict):
         raise BadInput(f"{source}: must be a mapping of sections (rule: params.yaml shape)")
     _check_plain(doc, source)
+    _check_gate(doc.get("gate"), source, "$.gate")
     filled = fill_defaults(doc, load_schema(SCHEMA))
     _normalise_family(filled)
     validate(filled, SCHEMA, source)
-    _check_gate(filled["gate"], source, "$.gate")
     paths = filled["skills"]["paths"]
     if paths["skills"] in paths["mirrors"]:
         raise BadInput(f"{source}: $.skills.paths.mirrors: {paths['skills']!r} is the canonical directory itself "

@@ -200,7 +200,7 @@ def preflight(rows: Iterable[Mapping[str, Any]], gate_tasks: Iterable[str], samp
             variances.append(found)
     variance = max(variances) if variances else cv * cv / max(len(gate_tasks), 1)
     tasks = max(len(gate_tasks), 1)
-    level = policy.cost_alpha
+    level = policy.alpha
     detectable = stats.detectable_per_resolved_pct(variance, sampling.runs, level, sampling.power)
     needed = {
         "min_total_runs": -(-policy.min_total_runs // tasks),
@@ -247,7 +247,7 @@ def sequential_warnings(sampling: SamplingParams, policy: Policy) -> list[str]:
     if policy.policy != "per_resolved":
         warnings.append(f"gate.policy {policy.policy} is not per_resolved, the test the looks use: the bench may stop "
                         "where the gate will not decide the same")
-    for key, mine, theirs in (("alpha", seq.alpha, policy.cost_alpha),
+    for key, mine, theirs in (("alpha", seq.alpha, policy.alpha),
                               ("min_improvement_pct", seq.min_improvement_pct, policy.min_improvement_pct),
                               ("max_resolution_drop_pct", seq.max_resolution_drop_pct, policy.max_resolution_drop_pct),
                               ("min_total_runs", seq.min_total_runs, policy.min_total_runs)):

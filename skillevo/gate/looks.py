@@ -4,8 +4,7 @@ A side that ran in looks (skillevo.core.sampling) is judged only at the look it 
 of a plan that spends the level over every planned look (skillevo.stats.look_levels): a false promotion needs
 the test to reject at the stopped look, which is one of the planned looks, and the plan lets the null reject
 at any of them at most alpha of the time. So the bench's stopping rule, whatever it is, cannot raise the
-error rate (docs/gate.md, sequential runs). Resolution-alone promotions are allowed only at the last look,
-where their level is spent once.
+error rate (docs/gate.md, sequential runs).
 """
 
 from __future__ import annotations
@@ -22,18 +21,15 @@ from skillevo.core.config import Policy
 class Levels:
     cost: float  # the metric's one-sided test (and its interval's one-sided bounds)
     drop: float  # 1 - the confidence of the resolution drop's upper bound
-    quality_alone: float  # resolution-alone promotions; 0: not at this look
 
 
 def levels(policy: Policy, sequential: Mapping[str, Any] | None) -> Levels:
     """`sequential` is bench.json's record (looks, stopped_at_look), or None for the fixed design."""
     if sequential is None:
-        return Levels(policy.cost_alpha, policy.alpha, policy.quality_promotion_alpha)
+        return Levels(policy.alpha, policy.alpha)
     planned, look = tuple(sequential["looks"]), sequential["stopped_at_look"]
-    last = look == len(planned)
-    return Levels(stats.look_levels(planned, policy.cost_alpha, policy.look_boundary)[look - 1],
-                  stats.look_levels(planned, policy.alpha, policy.look_boundary)[look - 1],
-                  policy.quality_promotion_alpha if last else 0.0)
+    level = stats.look_levels(planned, policy.alpha, policy.look_boundary)[look - 1]
+    return Levels(level, level)
 
 
 def binding(policy: Policy, sequential: Mapping[str, Any] | None) -> dict[str, Any] | None:
@@ -43,4 +39,4 @@ def binding(policy: Policy, sequential: Mapping[str, Any] | None) -> dict[str, A
     found = levels(policy, sequential)
     return {"looks": list(sequential["looks"]), "stopped_at_look": sequential["stopped_at_look"],
             "reason": sequential["reason"], "boundary": policy.look_boundary, "cost_level": round(found.cost, 9),
-            "drop_level": round(found.drop, 9), "quality_alone_level": round(found.quality_alone, 9)}
+            "drop_level": round(found.drop, 9)}

@@ -108,6 +108,7 @@ def decide_arm(
         "candidate_arm": candidate_arm,
         "policy": policy.policy,
         "decision": decision,
+        "claim": stratified.claim(policy) if decision == PROMOTE else None,
         "metric": policy.metric,
         "metric_warning": metric_warning(policy),
         "reasons": reasons + verdict.reasons + notes,

@@ -11,7 +11,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from skillevo.core import documents, safefs
+from skillevo.core import controls, documents, safefs
 from skillevo.core.config import Policy
 from skillevo.core.errors import BadInput
 from skillevo.core.layout import incumbent_arm_of
@@ -124,6 +124,7 @@ def build_promotion(
         raise BadInput(f"{candidate.directory / 'bench.json'}: $.controls: the candidate side ran no contemporaneous "
                        "controls; stored incumbent runs are never the control alone (rule: contemporaneous controls)")
     check_blocks(candidate)
+    controls.check(candidate.bench, candidate.rows, candidate.digests["results_sha256"], str(candidate.directory))
     candidate_arms = {arm["name"] for arm in candidate.bench["arms"]}
 
     bindings = pipeline_bindings(freeze, candidate.bench, policy)

@@ -179,14 +179,12 @@ def sequential_line(sequential: Mapping[str, Any], policy: Mapping[str, Any]) ->
     """Which look the candidate side stopped at and what that did to the levels: a stopped side is tested
     more strictly than a fixed one (docs/gate.md, sequential runs)."""
     looks, look = sequential["looks"], sequential["stopped_at_look"]
-    alone = (f"resolution alone at {sequential['quality_alone_level']:.3g}" if sequential["quality_alone_level"]
-             else "no promotion on resolution alone before the last look")
-    fixed = policy["alpha"] - policy["quality_promotion_alpha"]
+    fixed = policy["alpha"]
     return (f"**Sequential:** the candidate side stopped at look {look} of {len(looks)} ({looks[look - 1]} of "
             f"{looks[-1]} runs per cell; planned looks at {', '.join(map(str, looks))} runs; reason: "
             f"{sequential['reason']}). At that look's {sequential['boundary']} boundary the metric is tested at "
             f"level {sequential['cost_level']:.4g} (fixed design: {fixed:.4g}), the resolution drop bounded at "
-            f"{100 * (1 - sequential['drop_level']):.4g}% confidence, {alone}.")
+            f"{100 * (1 - sequential['drop_level']):.4g}% confidence.")
 
 
 def overlay_section(manifest: Mapping[str, Any]) -> list[str]:
@@ -206,6 +204,8 @@ def overlay_section(manifest: Mapping[str, Any]) -> list[str]:
 def _decision_section(decision: Mapping[str, Any]) -> list[str]:
     metric, estimate = decision["metric"], decision["estimate"]
     lines = [f"## {decision['candidate_arm']} vs {decision['incumbent_arm']}: {decision['decision']}", ""]
+    if decision["claim"]:
+        lines += [f"**Claim:** {decision['claim']}.", ""]
     if estimate and estimate["estimand"] == "per_resolved":
         levels = estimate["per_resolved"]
         lines += [f"Estimated improvement in {metric} per resolved task over the gate's tasks: {_estimate(estimate)}; "

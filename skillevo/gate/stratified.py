@@ -2,13 +2,14 @@
 with a stated error rate.
 
 A candidate arm that is not better is promoted at most `alpha` of the time: it is promoted on the metric only
-when a one-sided test stratified by task rejects "not cheaper" at alpha less the share reserved for resolution
-(per_resolved: the candidate's metric per resolved task over the gate's tasks, what a team pays; geometric: the
-geometric-mean ratio per run, kept for comparison), and on resolution alone only when its own stratified test
-rejects "resolves no more" at that share. Apply needs every required arm, so over arms this is an
+when a one-sided test stratified by task rejects "not cheaper" at alpha (per_resolved:
+the candidate's metric per resolved task over the gate's tasks, what a team pays; geometric: the geometric-mean
+ratio per run, kept for comparison). That is the only claim a promotion makes (CLAIMS): resolution guards it,
+never promotes on its own. Apply needs every required arm, so over arms this is an
 intersection-union test and needs no correction. Quality comes first: a significant drop in resolution, or one
 that the runs cannot bound within the stated margin, never promotes. Too few runs for the test to be trusted
-(gate.min_total_runs: heavy tails would go unseen) is insufficient evidence, never a promotion. A candidate side
+(gate.min_total_runs: heavy tails would go unseen) is insufficient evidence, never a promotion, and never a keep
+unless resolution fell significantly. A candidate side
 stopped at one of its planned looks is judged by the same rule at that look's levels (skillevo/gate/looks.py).
 """
 
@@ -27,7 +28,21 @@ from skillevo.gate.verdict import (
     Verdict,
 )
 
-__all__ = ["Verdict", "judge"]
+__all__ = ["CLAIMS", "Verdict", "claim", "judge"]
+
+CLAIMS = {  # gate.policy -> the one sentence a promotion under it states (docs/gate.md, claims)
+    "per_resolved": "the candidate is cheaper per resolved task than its control, in {metric} over the gate's tasks, "
+                    "by at least {min_improvement_pct:g}% as estimated, with a false-promotion rate of at most "
+                    "{alpha:g}, and resolves no less within {max_resolution_drop_pct:g} points",
+    "geometric": "the candidate's {metric} per run is lower than its control's (geometric mean over the gate's "
+                 "tasks) at level {alpha:g}; not a claim about cost per resolved task",
+    "seed": "the candidate passes the seed's heuristic rule on {metric}; no error rate is stated",
+}
+
+
+def claim(policy: Policy) -> str:
+    """The sentence a promotion under `policy` makes, with its own thresholds filled in."""
+    return CLAIMS[policy.policy].format(**policy.to_dict())
 
 
 def judge(pairs: Sequence[Pair], policy: Policy, estimate: stats.Estimate | None, quality: stats.Quality | None,
@@ -49,6 +64,9 @@ def judge(pairs: Sequence[Pair], policy: Policy, estimate: stats.Estimate | None
         return Verdict(KEEP_INCUMBENT, [f"resolution fell ({shares}): the stratified test for a decrease gives "
                                         f"p={q.decrease_p_value:.3g}, at or below quality_alpha "
                                         f"{policy.quality_alpha:g}"])
+    short = _too_few_for_tails(pairs, policy)
+    if short:  # only a significant drop in resolution may answer on fewer runs: it keeps, never promotes
+        return Verdict(INSUFFICIENT_EVIDENCE, [short])
     if q.drop_upper_pct > policy.max_resolution_drop_pct:
         bound = (f"a resolution drop of up to {q.drop_upper_pct:.1f} points cannot be ruled out at "
                  f"{100 * (1 - levels.drop):.6g}% confidence ({shares}; at most {policy.max_resolution_drop_pct:g} "
@@ -59,14 +77,6 @@ def judge(pairs: Sequence[Pair], policy: Policy, estimate: stats.Estimate | None
         return Verdict(INSUFFICIENT_EVIDENCE, [f"{bound}: even with every run resolved it takes at least {needed} "
                                                "valid runs per arm over all tasks; raise sampling.runs"])
 
-    short = _too_few_for_tails(pairs, policy)
-    if short:  # quality can keep the incumbent on few runs; nothing can promote on them
-        return Verdict(INSUFFICIENT_EVIDENCE, [short])
-
-    alone = levels.quality_alone
-    rises = alone > 0 and q.increase_p_value is not None and q.increase_p_value <= alone
-    rose = "" if not rises else (f"resolution rose ({shares}): the stratified test for an increase gives "
-                                 f"p={q.increase_p_value:.3g}, at or below quality_promotion_alpha {alone:g}")
     if estimate is None:
         if policy.policy == "geometric":
             return Verdict(INSUFFICIENT_EVIDENCE, [f"the spread of {metric} cannot be estimated: no task has two "
@@ -75,12 +85,9 @@ def judge(pairs: Sequence[Pair], policy: Policy, estimate: stats.Estimate | None
             return Verdict(KEEP_INCUMBENT, [f"the candidate resolved no run ({shares}): its {metric} per resolved "
                                             "task is unbounded"])
         if inc[0] == 0:
-            if rises:
-                return Verdict(PROMOTE, [f"{rose}; the incumbent resolved no run, so its {metric} per resolved task "
-                                         "is unbounded"])
             return Verdict(INSUFFICIENT_EVIDENCE, [f"the incumbent resolved no run ({shares}): {metric} per resolved "
-                                                   "task cannot be compared, and the rise in resolution is not "
-                                                   "significant"])
+                                                   "task cannot be compared (a promotion claims only a lower "
+                                                   f"{metric} per resolved task; docs/gate.md, claims)"])
         return Verdict(INSUFFICIENT_EVIDENCE, [f"{metric} is zero in every run of an arm: nothing to compare"])
 
     level = levels.cost
@@ -92,8 +99,6 @@ def judge(pairs: Sequence[Pair], policy: Policy, estimate: stats.Estimate | None
              f"against 'not cheaper' at level {level:.3g}")
     if estimate.p_value <= level and estimate.improvement_pct >= policy.min_improvement_pct:
         return Verdict(PROMOTE, [f"{found}; at least {policy.min_improvement_pct:g}% required"])
-    if rises and estimate.p_value_worse > level:
-        return Verdict(PROMOTE, [f"{rose}, and {metric} is not significantly worse ({found})"])
     if estimate.p_value > level:
         why = "not significant"
     else:

@@ -39,7 +39,7 @@ def run(args: argparse.Namespace) -> str:
     found = "nothing (too few runs)" if result.detectable_pct is None else f"{result.detectable_pct:.1f}%"
     needed = result.runs_needed
     return (f"preflight: {result.runs} runs per (task, arm) on {result.tasks} gate task(s) detect a saving per "
-            f"resolved task of {found} with power {params.sampling.power:g} at level {params.gate.cost_alpha:.3g} "
+            f"resolved task of {found} with power {params.sampling.power:g} at level {params.gate.alpha:.3g} "
             f"(CV {result.cv:.3f} from the {result.spread_from}); runs needed per (task, arm): "
             f"{needed['min_total_runs']} for gate.min_total_runs, {needed['resolution_bound']} to bound a resolution "
             f"drop within {params.gate.max_resolution_drop_pct:g} points, {needed['min_improvement']} to find a "
