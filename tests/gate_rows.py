@@ -9,6 +9,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from skillevo.core.controls import order
 from skillevo.core.digests import canonical_json, sha256_bytes
 from skillevo.core.limits import Limits
 from skillevo.core.results import EXCLUDED_ERROR_KINDS, Side
@@ -17,6 +18,7 @@ INCUMBENT, CANDIDATE = "workflow", "candidate_workflow"
 OVERLAY = "a" * 64
 MODEL = {"backend": "simulator", "name": "skillevo-sim-1", "base_url": None, "simulated": True}
 LIMITS = Limits(processes=256, memory_mb=4096, cpu_s=3600, disk_mb=1024, tmp_mb=512, file_mb=256).enforced()
+RECORDED_AT = "2025-03-01T12:00:00+00:00"  # when the gate decided (tests: NOW)
 DESTINATIONS = {"skills/work/SKILL.md": "b" * 64, ".claude/skills/work/SKILL.md": "b" * 64}
 
 
@@ -49,6 +51,7 @@ def row(
 ) -> dict[str, Any]:
     """A complete results row; `resolved` defaults to 'no error_kind', as the bench records it."""
     candidate = arm.startswith("candidate_")
+    fields.setdefault("started_at", fields.get("recorded_at", RECORDED_AT))  # zero-length cells unless told
     if resolved is None:
         resolved = error_kind is None
     verify_passed = resolved or error_kind not in ("verify-failed", "session-error", "infra-error")
@@ -95,7 +98,9 @@ def row(
         "task_binding_digest": "1" * 64,
         "skills_digest": "2" * 64,
         "overlay_digest": OVERLAY if candidate else None,
-        "recorded_at": "2025-03-01T12:00:00+00:00",  # when the gate decided (tests: NOW)
+        "recorded_at": RECORDED_AT,
+        "slot": None,  # the candidate side's: stamp() sets it and control_for as the bench would
+        "control_for": None,
         **fields,
     }
 
@@ -131,8 +136,24 @@ def bench(side: str, tasks: dict[str, str], *, arms: tuple[str, ...] = (INCUMBEN
         "rows": 3 * len(tasks) * len(names),
         "simulator": {"noise": "none", "seed": 0},
         "replicate": 0,
+        "results_sha256": "0" * 64,  # sides() and write_side() put the digest of the rows they write
+        "mac": None,
         **fields,
     }
+
+
+def stamp(bench_json: dict[str, Any], rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """A candidate side's rows with the slot the side's seeded order gives each and, for a control, the candidate
+    it ran beside (skillevo.core.controls), as the bench records them; other sides' rows as they are."""
+    if bench_json["side"] != "candidate":
+        return rows
+    tasks = [b["id"] for b in bench_json["task_bindings"]]
+    arms = [a["name"] for a in bench_json["arms"]]
+    runs_ = max((r["run"] for r in rows), default=0)
+    slots = {cell: i for i, cell in enumerate(order(bench_json["overlay_digest"], bench_json["replicate"], tasks, arms,
+                                                    runs_))}
+    return [{**r, "slot": slots.get((r["task"], r["arm"], r["run"])),
+             "control_for": bench_json["overlay_digest"] if r["arm"] == r["incumbent_arm"] else None} for r in rows]
 
 
 def freeze(required: tuple[str, ...] = (CANDIDATE,), **fields: Any) -> dict[str, Any]:
@@ -170,7 +191,9 @@ def sides(rows: list[dict[str, Any]], tasks: dict[str, str] | None = None) -> tu
     candidate = controls(incumbent, [r for r in rows if r["arm"].startswith("candidate_")])
 
     def side(name: str, bench_json: dict[str, Any], side_rows: list[dict[str, Any]]) -> Side:
-        digests = {"results_sha256": sha256_bytes(b"".join(canonical_json(r) + b"\n" for r in side_rows)),
+        side_rows = stamp(bench_json, side_rows)
+        bench_json["results_sha256"] = sha256_bytes(b"".join(canonical_json(r) + b"\n" for r in side_rows))
+        digests = {"results_sha256": bench_json["results_sha256"],
                    "bench_sha256": sha256_bytes(canonical_json(bench_json))}
         return Side(Path(f"bench-{name}"), bench_json, tuple(side_rows), digests)
 
@@ -192,9 +215,8 @@ def transcript(row: dict[str, Any]) -> bytes:
 def write_side(directory: Path, bench_json: dict[str, Any], rows: list[dict[str, Any]]) -> Path:
     """The side as the bench writes it: bench.json, results.jsonl, and each row's transcript, bound by sha256."""
     directory.mkdir(parents=True, exist_ok=True)
-    (directory / "bench.json").write_text(json.dumps(bench_json, indent=2), encoding="utf-8")
     bound = []
-    for r in rows:
+    for r in stamp(bench_json, rows):
         if r.get("session_ids") and not r.get("transcripts") and "cost_usd" in r:
             data = transcript(r)
             name = f"transcripts/{r['task']}-{r['arm']}-run{r['run']}.jsonl"
@@ -202,7 +224,10 @@ def write_side(directory: Path, bench_json: dict[str, Any], rows: list[dict[str,
             (directory / name).write_bytes(data)
             r = {**r, "transcripts": [{"path": name, "sha256": sha256_bytes(data), "bytes": len(data)}]}
         bound.append(r)
-    (directory / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in bound), encoding="utf-8")
+    results = "".join(json.dumps(r) + "\n" for r in bound).encode()
+    (directory / "results.jsonl").write_bytes(results)
+    bench_json = {**bench_json, "results_sha256": sha256_bytes(results)}
+    (directory / "bench.json").write_text(json.dumps(bench_json, indent=2), encoding="utf-8")
     return directory
 
 

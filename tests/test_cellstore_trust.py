@@ -11,6 +11,7 @@ from datetime import UTC, datetime
 import pytest
 
 from skillevo.bench import CellResult, cellstore
+from skillevo.core import digests
 from skillevo.core.digests import canonical_json, sha256_bytes, sha256_json
 from skillevo.core.errors import BrokenEnvironment
 from tests import gate_rows
@@ -78,10 +79,10 @@ def test_an_entry_that_breaks_a_row_rule_is_a_miss_not_a_refusal(tmp_path, how, 
 
 def test_the_team_key_comes_from_the_environment_and_a_short_one_is_refused_unechoed(monkeypatch):
     monkeypatch.delenv(cellstore.KEY_ENV, raising=False)
-    assert cellstore.team_key() is None
+    assert digests.team_key() is None
     monkeypatch.setenv(cellstore.KEY_ENV, "short-value")
     with pytest.raises(BrokenEnvironment, match="shorter than 16 characters") as refused:
-        cellstore.team_key()
+        digests.team_key()
     assert "short-value" not in str(refused.value)
     monkeypatch.setenv(cellstore.KEY_ENV, SECRET.decode())
-    assert cellstore.team_key() == SECRET
+    assert digests.team_key() == SECRET

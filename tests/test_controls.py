@@ -4,6 +4,7 @@ to be read as one (every block whole, each candidate arm with its control and no
 from __future__ import annotations
 
 import json
+import re
 from collections import Counter
 from dataclasses import replace
 from pathlib import Path
@@ -14,7 +15,7 @@ from skillevo.bench import SidePlan, interleaved
 from skillevo.core.arms import Arm, Session, candidate
 from skillevo.core.errors import BadInput
 from skillevo.core.results import load_side
-from tests.gate_rows import CANDIDATE, INCUMBENT, bench, controls, runs, write_side
+from tests.gate_rows import CANDIDATE, INCUMBENT, RECORDED_AT, bench, controls, freeze, runs, write_side
 
 
 class _Task:
@@ -134,3 +135,116 @@ def test_a_cell_names_its_moment_and_slot_to_the_simulator_and_a_control_its_can
     openai = SimpleNamespace(**{**vars(cand), "model": Model("openai", "gpt-5-mini", "http://127.0.0.1:7",
                                                               upstream="openai/gpt-5-mini")})
     assert session_endpoint(openai.model, _session_ref(openai, 1)).headers == ()
+
+
+# --- controls the gate checks: forged sides through the real gate stage ----------------------------------------
+
+DAY_BEFORE = "2025-02-28T12:00:00+00:00"
+
+
+def _gate(tmp_path: Path, edit=None, *, env_key: str | None = None, monkeypatch=None) -> tuple[int, str]:
+    """A candidate side written as the bench writes it, `edit`ed as a forger would (rows, then bench.json's
+    results_sha256 made to match, unless the edit says otherwise), then the real gate stage on it."""
+    from skillevo.core.digests import sha256_bytes
+    from skillevo.stages import gate as stage
+
+    incumbent = [{**r, "started_at": DAY_BEFORE, "recorded_at": DAY_BEFORE}
+                 for r in runs("t1", INCUMBENT, [1.0, 1.1, 0.9]) + runs("t2", INCUMBENT, [2.0, 2.1, 1.9])]
+    cand = runs("t1", CANDIDATE, [0.8, 0.9, 0.7]) + runs("t2", CANDIDATE, [1.8, 1.7, 1.9])
+    write_side(tmp_path / "inc", bench("incumbent", {"t1": "trivial", "t2": "trivial"}), incumbent)
+    fresh = [{**r, "started_at": RECORDED_AT, "recorded_at": RECORDED_AT} for r in incumbent]
+    side = _write(tmp_path, controls(fresh, cand))
+    if edit is not None:
+        rows = [json.loads(line) for line in (side / "results.jsonl").read_text().splitlines()]
+        bench_json = json.loads((side / "bench.json").read_text())
+        rows, keep_digest = edit(rows, incumbent), False
+        if isinstance(rows, tuple):
+            rows, keep_digest = rows
+        data = "".join(json.dumps(r) + "\n" for r in rows).encode()
+        (side / "results.jsonl").write_bytes(data)
+        if not keep_digest:
+            (side / "bench.json").write_text(json.dumps({**bench_json, "results_sha256": sha256_bytes(data)}))
+    (tmp_path / "manifest.json").write_text(json.dumps(freeze()), encoding="utf-8")
+    (tmp_path / "params.yaml").write_text("arms: {workflow: {sessions: [{skill: work, prompt: '{prompt}'}]}}\n"
+                                          "tasks: {gate: [t1, t2], evidence: []}\n"
+                                          "gate: {min_runs: 2, min_total_runs: 2}\n", encoding="utf-8")
+    if monkeypatch is not None:
+        monkeypatch.setenv("SKILLEVO_CELL_KEY", env_key) if env_key else monkeypatch.delenv("SKILLEVO_CELL_KEY",
+                                                                                             raising=False)
+    import contextlib
+    import io
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err):
+        code = stage.main(["--incumbent", str(tmp_path / "inc"), "--candidate", str(side), "--freeze",
+                           str(tmp_path / "manifest.json"), "--params", str(tmp_path / "params.yaml"), "--out",
+                           str(tmp_path / "out")])
+    return code, err.getvalue()
+
+
+def _swap_block_order(rows, _):
+    """Two cells of one block trade slots: the block ran in another order than the seed draws."""
+    block = sorted((r for r in rows if r["task"] == "t1" and r["run"] == 2), key=lambda r: r["slot"])
+    block[0]["slot"], block[1]["slot"] = block[1]["slot"], block[0]["slot"]
+    return rows
+
+
+def _relabel_stored(rows, incumbent, forge_pairing=False):
+    """The incumbent side's own stored rows, measured a day before, stand in as the controls."""
+    stored = {(r["task"], r["run"]): r for r in incumbent}
+    out = []
+    for r in rows:
+        if r["arm"] == INCUMBENT:
+            old = {**stored[(r["task"], r["run"])], "side": "candidate", "slot": r["slot"] if forge_pairing else None,
+                   "control_for": r["control_for"] if forge_pairing else None, "transcripts": r["transcripts"],
+                   "session_ids": r["session_ids"]}
+            out.append(old)
+        else:
+            out.append(r)
+    return out
+
+
+@pytest.mark.parametrize("edit, message", [
+    (_swap_block_order, r"ran in slot \d+, but the order drawn from the side's seed puts it in slot \d+"),
+    (lambda rows, inc: _relabel_stored(rows, inc), r"control_for is None, not this candidate's overlay"),
+    (lambda rows, inc: _relabel_stored(rows, inc, forge_pairing=True), r"did not run inside its block's window"),
+    (lambda rows, _: [{**r, "control_for": "e" * 64} if r["arm"] == INCUMBENT else r for r in rows],
+     r"a control that did not run beside this candidate"),
+    (lambda rows, _: [{**r, "started_at": "2025-01-30T12:00:00+00:00", "recorded_at": "2025-01-30T12:00:10+00:00"}
+                      if r["arm"] == INCUMBENT and r["run"] == 3 else r for r in rows],
+     r"block t\d/run3: .* did not run inside its block's window"),
+    (lambda rows, _: ([{**r, "cost_usd": r["cost_usd"]} for r in rows[::-1]], True),
+     r"results.jsonl: is not the file the bench wrote"),
+])
+def test_the_gate_refuses_controls_it_cannot_verify(tmp_path, monkeypatch, edit, message):
+    assert _gate(tmp_path / "honest", monkeypatch=monkeypatch)[0] == 0  # the same side, unedited, is decided
+    code, err = _gate(tmp_path / "forged", edit, monkeypatch=monkeypatch)
+    assert code == 2 and re.search(message + r".*\(rule: contemporaneous controls\)", err), err
+
+
+def test_with_a_team_key_only_a_side_signed_under_it_is_decided(tmp_path, monkeypatch):
+    key = "k" * 32
+    code, err = _gate(tmp_path / "unsigned", env_key=key, monkeypatch=monkeypatch)
+    assert code == 2 and "$.mac: does not verify under this team's key SKILLEVO_CELL_KEY" in err, err
+    from skillevo.core import controls as controls_mod
+
+    def signed(rows, _):
+        return rows  # unchanged rows, bench.json signed below as a bench holding the key would
+
+    code, _ = _gate(tmp_path / "signed", signed, env_key=key, monkeypatch=monkeypatch)
+    assert code == 2  # the fixture's bench.json carries no mac yet
+    side = tmp_path / "signed" / "cand"
+    bench_json = json.loads((side / "bench.json").read_text())
+    bench_json["mac"] = controls_mod.sign(bench_json["results_sha256"], bench_json)
+    (side / "bench.json").write_text(json.dumps(bench_json))
+    args = ["--incumbent", str(tmp_path / "signed" / "inc"), "--candidate", str(side), "--freeze",
+            str(tmp_path / "signed" / "manifest.json"), "--params", str(tmp_path / "signed" / "params.yaml"),
+            "--out", str(tmp_path / "signed" / "out2")]
+    from skillevo.stages import gate as stage
+    assert stage.main(args) == 0
+    # a forger without the key rewrites a row and the digest: the mac no longer verifies
+    rows = (side / "results.jsonl").read_text().splitlines()
+    forged = "".join(line.replace('"cost_usd": 0.8', '"cost_usd": 0.08') + "\n" for line in rows).encode()
+    (side / "results.jsonl").write_bytes(forged)
+    from skillevo.core.digests import sha256_bytes
+    (side / "bench.json").write_text(json.dumps({**bench_json, "results_sha256": sha256_bytes(forged)}))
+    assert stage.main([*args[:-1], str(tmp_path / "signed" / "out3")]) == 2

@@ -101,8 +101,14 @@ def _base_row(spec: CellSpec) -> dict[str, Any]:
         "effort": spec.model.effort, "prices": list(spec.model.prices) if spec.model.prices is not None else None,
         "base_commit": spec.base_commit,
         "task_binding_digest": spec.task.binding_digest, "skills_digest": spec.skills_digest,
-        "overlay_digest": spec.overlay_digest, "recorded_at": None,
+        "overlay_digest": spec.overlay_digest, "started_at": _now(), "recorded_at": None,
+        # the candidate side's order and pairing, which the gate checks (skillevo.core.controls)
+        "slot": spec.slot if spec.side == "candidate" else None, "control_for": spec.control_for,
     }
+
+
+def _now() -> str:
+    return datetime.now(UTC).isoformat(timespec="seconds")
 
 
 def _fail(row: dict[str, Any], kind: str, detail: str) -> None:
@@ -114,7 +120,7 @@ def infra_error(spec: CellSpec, detail: str) -> CellResult:
     """The row of a cell the harness could not run at all (e.g. its worker was lost on every try)."""
     row = _base_row(spec)
     _fail(row, "infra-error", detail)
-    row["recorded_at"] = datetime.now(UTC).isoformat(timespec="seconds")
+    row["recorded_at"] = _now()
     return CellResult(row)
 
 
@@ -344,5 +350,5 @@ def run_cell(spec: CellSpec, *, credential: Credential | None = None,
             print(f"bench: warning: cell {spec.name}: could not remove {cell_dir}: {e}", file=sys.stderr)
     row["resolved"] = row["ok"] and row["verify_passed"] and row["oracle_passed"] and row["error_kind"] is None
     row["wall_s"] = round(time.monotonic() - start - unrecorded["oracle_s"], 3)  # it could carry hidden bytes
-    row["recorded_at"] = datetime.now(UTC).isoformat(timespec="seconds")
+    row["recorded_at"] = _now()
     return CellResult(row, artifacts)

@@ -26,7 +26,6 @@ from __future__ import annotations
 import base64
 import binascii
 import gzip
-import hashlib
 import hmac
 import io
 import json
@@ -43,7 +42,7 @@ from tqdm import tqdm
 
 from skillevo.bench.cell import CellResult, CellSpec
 from skillevo.core import documents, pins, safefs
-from skillevo.core.digests import canonical_json, sha256_bytes, sha256_json
+from skillevo.core.digests import KEY_ENV, canonical_json, mac_of, sha256_bytes, sha256_json
 from skillevo.core.errors import BadInput, BrokenEnvironment
 from skillevo.core.results import EXCLUDED_ERROR_KINDS, check_row, check_row_transcripts
 from skillevo.core.schemas import validate
@@ -55,10 +54,8 @@ MAX_ENTRY_BYTES = 64 << 20  # compressed, as stored
 MAX_EXPANDED_BYTES = 256 << 20  # decompressed: a small file that expands without bound is refused
 NOT_STORED = "not stored"  # the one miss that is not worth a word: the cell simply has not run yet
 REMOTE_DIR = "skillevo-cells"  # beside DVC's own files/ and runs/ on the DVC remote
-KEY_ENV = "SKILLEVO_CELL_KEY"  # the team's secret that authenticates entries
-MIN_KEY_CHARS = 16
 IDENTITY = ("task", "arm", "run", "side", "skills_digest", "overlay_digest", "task_binding_digest", "base_commit",
-            "model", "backend", "effort", "simulated")
+            "model", "backend", "effort", "simulated", "slot", "control_for")
 
 
 @dataclass(frozen=True)
@@ -79,6 +76,8 @@ def material(spec: CellSpec, ctx: Context) -> dict[str, Any]:
                 "sessions": [asdict(s) for s in spec.arm.sessions], "mcp": [asdict(m) for m in spec.arm.mcp],
                 "comparator": None if spec.arm.comparator is None else spec.arm.comparator.describe()},
         "run": spec.run, "side": spec.side, "replicate": ctx.replicate, "control_for": spec.control_for,
+        # a candidate-side cell is its slot in the side's order too: served only into the same place
+        "slot": spec.slot if spec.side == "candidate" else None,
         "skills_digest": spec.skills_digest, "overlay_digest": spec.overlay_digest, "base_commit": spec.base_commit,
         "model": model.identity(),
         "cli": pins.CLAUDE_CODE_VERSION, "harness": ctx.harness, "simulator": ctx.simulator,
@@ -102,21 +101,6 @@ def _artifact_paths(row: Mapping[str, Any]) -> set[str]:
 
 class Miss(Exception):
     """Why a stored entry is not served (the cell is paid again)."""
-
-
-def team_key() -> bytes | None:
-    """The team key from the environment (None when unset); a short one is refused without echoing it."""
-    value = os.environ.get(KEY_ENV)
-    if not value:
-        return None
-    if len(value) < MIN_KEY_CHARS:
-        raise BrokenEnvironment(f"{KEY_ENV} is shorter than {MIN_KEY_CHARS} characters; use a random secret, "
-                                "e.g. `openssl rand -hex 32` (rule: team key)")
-    return value.encode()
-
-
-def _mac(secret: bytes, entry: Mapping[str, Any]) -> str:
-    return hmac.new(secret, canonical_json(entry), hashlib.sha256).hexdigest()
 
 
 class Store:
@@ -156,7 +140,7 @@ class Store:
         entry = {"format": FORMAT, "key": k, "material": mat, "row": result.row, "artifacts": arts,
                  "stored_at": _now().isoformat(timespec="seconds")}
         if self.secret is not None:
-            entry["mac"] = _mac(self.secret, entry)
+            entry["mac"] = mac_of(self.secret, entry)
         safefs.write_atomic(self.path(k), gzip.compress(canonical_json(entry), mtime=0))
         return True
 
@@ -182,7 +166,8 @@ class Store:
                     "skills_digest": spec.skills_digest, "overlay_digest": spec.overlay_digest,
                     "task_binding_digest": spec.task.binding_digest, "base_commit": spec.base_commit,
                     "model": spec.model.name, "backend": spec.model.backend, "effort": spec.model.effort,
-                    "simulated": spec.model.simulated}
+                    "simulated": spec.model.simulated, "slot": spec.slot if spec.side == "candidate" else None,
+                    "control_for": spec.control_for}
         wrong = sorted(f for f in IDENTITY if row.get(f) != expected[f])
         if wrong:
             raise Miss(f"{self.path(k)}: its row is of another cell ({', '.join(wrong)} differ) (rule: identity)")
@@ -290,7 +275,7 @@ def _decode(raw: bytes, path: Path, k: str, secret: bytes | None) -> dict[str, A
     if not isinstance(entry, dict) or entry.get("format") != FORMAT or entry.get("key") != k:
         raise Miss(f"{path}: not a {FORMAT} entry for key {k} (rule: entry format)")
     mac = entry.pop("mac", None)
-    if secret is not None and not (isinstance(mac, str) and hmac.compare_digest(mac, _mac(secret, entry))):
+    if secret is not None and not (isinstance(mac, str) and hmac.compare_digest(mac, mac_of(secret, entry))):
         raise Miss(f"{path}: not authenticated under this team's key {KEY_ENV} (forged, edited, or written without "
                    "it) (rule: authenticated entries)")
     if not isinstance(entry.get("material"), dict) or sha256_json(entry["material"]) != k:

@@ -27,9 +27,9 @@ from skillevo.bench.cell import CellResult, CellSpec
 from skillevo.bench.executor import Executor, LocalExecutor
 from skillevo.bench.report import write_report
 from skillevo.bench.sideplan import SidePlan, build_cells
-from skillevo.core import documents, layout, models, safefs, sampling
+from skillevo.core import controls, digests, documents, layout, models, safefs, sampling
 from skillevo.core.config import BenchParams, Params
-from skillevo.core.digests import canonical_json, framed_digest, sha256_json
+from skillevo.core.digests import canonical_json, framed_digest, sha256_bytes, sha256_json
 from skillevo.core.errors import BadInput, BrokenEnvironment, Interrupted
 from skillevo.core.results import (
     EXCLUDED_ERROR_KINDS,
@@ -217,6 +217,19 @@ def _serve(store: cellstore.Store | None, cells: list[CellSpec], ctx: cellstore.
     return keys, served
 
 
+def _whole_blocks(p: SidePlan, cells: list[CellSpec], served: list[tuple[CellSpec, CellResult]]
+                  ) -> tuple[list[tuple[CellSpec, CellResult]], set[str]]:
+    """On the candidate side a (task, run) block is served whole or paid whole: a control stored by an interrupted
+    bench never stands beside a candidate run paid later (skillevo.core.controls checks each block's window).
+    Returns what is served, and the stored cells of broken blocks, which the paid ones replace."""
+    if p.side != "candidate":
+        return served, set()
+    have = {c.name for c, _ in served}
+    broken = {(c.task.id, c.run) for c in cells if c.name not in have}
+    kept = [(c, r) for c, r in served if (c.task.id, c.run) not in broken]
+    return kept, {c.name for c, _ in served if (c.task.id, c.run) in broken}
+
+
 def _looks(p: SidePlan, params: Params) -> tuple[int, ...]:
     """The runs per cell at each look: the candidate side runs in looks when params sampling.sequential says so
     (skillevo.core.sampling), every other side in one."""
@@ -263,7 +276,7 @@ def run_side(p: SidePlan, params: Params, out: Path, *, executor: Executor | Non
     looks = _looks(p, params)
     sandbox.preflight()
     cli.locate()
-    cells_store = cellstore.Store(store, cellstore.team_key()) if store is not None else None
+    cells_store = cellstore.Store(store, digests.team_key()) if store is not None else None
     with ExitStack() as stack:
         scratch = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="skillevo-bench-", dir=scratch_root)))
         _check_headroom(scratch, params.bench)
@@ -276,6 +289,7 @@ def run_side(p: SidePlan, params: Params, out: Path, *, executor: Executor | Non
         runner = executor or _executor(params, credential)
         cells = build_cells(p, params.bench, mdl, scratch)
         keys, served = _serve(cells_store, cells, store_context(params, p, noise), params.gate.max_age_days, quiet)
+        served, broken = _whole_blocks(p, cells, served)
         if p.side == "incumbent" and len(served) < len(cells):
             _check_tasks(p, params, quiet)
         staging = _staging(out)
@@ -292,8 +306,8 @@ def run_side(p: SidePlan, params: Params, out: Path, *, executor: Executor | Non
                               "is paid again", file=sys.stderr)
                 served = [(c, r) for c, r in served if c.arm.name not in drifted]
             writer = _Writer(staging, len(cells), quiet, cancel, params.bench.max_consecutive_failures, cells_store,
-                             keys, replace={c.name for c in cells if any(k.drift and k.cell.arm == c.arm
-                                                                         for k in canaries)})
+                             keys, replace=broken | {c.name for c in cells if any(k.drift and k.cell.arm == c.arm
+                                                                                  for k in canaries)})
             try:
                 scheduled, sequential = _run_looks(p, params, cells, looks, {c.name: r for c, r in served}, writer,
                                                    runner, cancel, quiet)
@@ -316,7 +330,8 @@ def run_side(p: SidePlan, params: Params, out: Path, *, executor: Executor | Non
                          f"bench.max_excluded_pct {params.bench.max_excluded_pct:g}%: the side fails, so that DVC "
                          f"never caches an outage as a result; rows kept in {out / 'results.jsonl'}")
         rows = sorted(writer.rows, key=lambda r: (r["task"], r["arm"], r["run"]))
-        safefs.write_atomic(staging / "results.jsonl", b"".join(canonical_json(r) + b"\n" for r in rows))
+        results = b"".join(canonical_json(r) + b"\n" for r in rows)
+        safefs.write_atomic(staging / "results.jsonl", results)
         provenance = {
             "schema_version": 1, "side": p.side, "model": models.binding(params.model), "effort": mdl.effort,
             "runs": p.runs, "arms": [a.describe() for a in (*p.controls, *p.arms)],
@@ -325,10 +340,12 @@ def run_side(p: SidePlan, params: Params, out: Path, *, executor: Executor | Non
             "skills_digest": p.skills_digest, "served_models": served_models(rows),
             "limits": params.bench.limits.enforced(), "cells": scheduled, "rows": len(rows), "sequential": sequential,
             "simulator": noise.provenance() if noise else None, "replicate": params.sampling.replicate,
+            "results_sha256": sha256_bytes(results), "mac": None,
             "cell_store": None if cells_store is None else {
                 "served": writer.served, "paid": len(rows) - writer.served, "stored": writer.stored,
                 "canaries": [k.to_dict(params.sampling.sequential.metric) for k in canaries]},
         }
+        provenance["mac"] = controls.sign(provenance["results_sha256"], provenance)  # with a team key only
         validate(provenance, "bench-run", out / "bench.json")
         safefs.write_atomic(staging / "bench.json", documents.dump_json(provenance))
         write_report(staging / "report.md", provenance, rows, {**p.family, **(p.overlay or {})})

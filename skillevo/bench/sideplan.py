@@ -9,7 +9,6 @@ skillevo.bench.side.
 
 from __future__ import annotations
 
-import random
 from dataclasses import dataclass, replace
 from dataclasses import field as dataclass_field
 from pathlib import Path
@@ -18,6 +17,7 @@ from skillevo.bench import workspace
 from skillevo.bench.cell import CellSpec
 from skillevo.core import arms as arms_mod
 from skillevo.core import comparators as comparators_mod
+from skillevo.core import controls as controls_mod
 from skillevo.core import frontmatter, layout, models, safefs
 from skillevo.core import modes as modes_mod
 from skillevo.core import tasks as tasks_mod
@@ -152,17 +152,7 @@ def build_cells(p: SidePlan, bench: BenchParams, mdl: models.Model, scratch: Pat
 
 
 def interleaved(p: SidePlan) -> list[tuple[str, str, int]]:
-    """The candidate side's order: for each run, its (task, run) blocks in a random order, and within a block every
-    candidate arm and every control in a random order. The draw is seeded by the overlay and the replicate, out of
-    any agent's reach, so a resumed bench measures the same cells in the same slots."""
-    rng = random.Random(f"skillevo interleave {p.overlay_digest} {p.replicate}")
-    arms = [a.name for a in (*p.controls, *p.arms)]
-    order = []
-    for run in range(1, p.runs + 1):
-        blocks = [task.id for task in p.tasks]
-        rng.shuffle(blocks)
-        for task in blocks:
-            block = arms[:]
-            rng.shuffle(block)
-            order += [(task, arm, run) for arm in block]
-    return order
+    """The candidate side's order (skillevo.core.controls.order, which the gate draws again from bench.json): the
+    tasks and arms in the order bench.json lists them."""
+    return controls_mod.order(p.overlay_digest, p.replicate, [task.id for task in p.tasks],
+                              [a.name for a in (*p.controls, *p.arms)], p.runs)

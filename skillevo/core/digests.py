@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import hashlib
+import hmac
 import json
+import os
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
+
+from skillevo.core.errors import BrokenEnvironment
 
 
 def sha256_bytes(data: bytes) -> str:
@@ -48,3 +52,23 @@ def framed_digest(entries: Iterable[tuple[str, bytes]]) -> str:
         h.update(len(content).to_bytes(8, "big"))
         h.update(content)
     return h.hexdigest()
+
+
+KEY_ENV = "SKILLEVO_CELL_KEY"  # the team's secret: it authenticates cell-store entries and benched sides
+MIN_KEY_CHARS = 16
+
+
+def team_key() -> bytes | None:
+    """The team key from the environment (None when unset); a short one is refused without echoing it."""
+    value = os.environ.get(KEY_ENV)
+    if not value:
+        return None
+    if len(value) < MIN_KEY_CHARS:
+        raise BrokenEnvironment(f"{KEY_ENV} is shorter than {MIN_KEY_CHARS} characters; use a random secret, "
+                                "e.g. `openssl rand -hex 32` (rule: team key)")
+    return value.encode()
+
+
+def mac_of(secret: bytes, value: Any) -> str:
+    """HMAC-SHA256 of a JSON value's canonical form under the team key."""
+    return hmac.new(secret, canonical_json(value), hashlib.sha256).hexdigest()

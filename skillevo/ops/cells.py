@@ -16,7 +16,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from skillevo.bench import cellstore, harness
-from skillevo.core import layout, stage
+from skillevo.core import digests, layout, stage
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -33,7 +33,7 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _run(args: argparse.Namespace) -> str:
-    store = cellstore.Store(args.store, cellstore.team_key())
+    store = cellstore.Store(args.store, digests.team_key())
     if args.command == "ls":
         return f"{args.store}: {sum(1 for _ in store.keys())} stored cells"
     if args.command == "gc":

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from skillevo.bench import cellstore
-from skillevo.core import documents, dvcfiles, layout, stage
+from skillevo.core import digests, documents, dvcfiles, layout, stage
 from skillevo.core.errors import BrokenEnvironment
 
 DAY_S = 86400
@@ -120,7 +120,7 @@ def collect(repo: Path, max_age_days: float, *, dry_run: bool = False, store: Pa
             if not dry_run:
                 obj.unlink()
     if store is not None:
-        cells = cellstore.Store(store, cellstore.team_key())
+        cells = cellstore.Store(store, digests.team_key())
         report.cells = ({"entries": sum(1 for _ in cells.keys())} if dry_run else cells.gc(max_age_days))
     return report
 
