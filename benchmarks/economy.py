@@ -109,11 +109,12 @@ def schedule(clone: Path, seed: int, way: str, runs: int) -> dict:
                  store=store)
         paid += _paid(inc, start)
         start = _now()
-        run_side(plan("candidate", clone / "tasks/tasks.yaml", clone / "skills", frozen / "overlay", p), p, cand,
-                 quiet=True, store=store)
+        run_side(plan("candidate", clone / "tasks/tasks.yaml", clone / "skills", frozen / "overlay", p,
+                      incumbent=inc), p, cand, quiet=True, store=store)
         paid += _paid(cand, start)
         promotion = build_promotion(load_side(inc, "incumbent"), load_side(cand, "candidate"),
-                                    load_freeze(frozen / "manifest.json"), p.gate, now=datetime.now(UTC))
+                                    load_freeze(frozen / "manifest.json"), p.gate, now=datetime.now(UTC),
+                                    plan=p.sampling)
         decision = "promote" if all(d["decision"] == "promote" for d in promotion["decisions"]) else "keep"
         decisions.append((kind, decision))
         for d in promotion["decisions"]:

@@ -26,11 +26,12 @@ from skillevo.core import sampling
 from skillevo.core.config import Policy, SamplingParams
 from skillevo.core.results import MEDIAN_FIELDS, aggregate
 from skillevo.gate import decide_arm
+from skillevo.stats import betting
 
 INCUMBENT, CANDIDATE = "workflow", "candidate_workflow"
 TASKS = {"t1": 0.5, "t2": 1.0, "t3": 2.0, "t4": 4.0}  # base cost per run, USD
 RUNS = (5, 10, 20)
-DESIGNS = ("interleaved", "separate")
+DESIGNS = ("interleaved", "separate", "unrandomised")
 BASE_P, BASE_CV = 0.9, 0.35
 WINDOW = 4  # consecutive cells that share a prompt cache state
 GIVE_UP_COST = 0.1  # a run that gives up at once still pays its first turns: this share of its task's base
@@ -52,6 +53,7 @@ class Scenario:
     excluded: float = 0.0  # share of every arm's runs lost to harness faults
     long_faults: float = 0.0  # P(a run is lost to a fault) per unit of its cost relative to its task's base
     exclude_costliest: bool = False  # the candidate's costliest run per task turns into an excluded row
+    warm_follow: float = 0.0  # log cost a cell saves when the cell before it ran the same task (a warm cache)
     what: str = ""  # one line for the table
 
 
@@ -76,6 +78,16 @@ SCENARIOS = (
              what="the candidate is the incumbent but its costliest run per task is excluded"),
     Scenario("faults hit long runs", ratio=0.8, retry=(0.08, 4.0, 6.0), long_faults=0.05,
              what="the retry loop, with a harness fault 5% per base cost of a run (loops die most)"),
+    Scenario("resolves more, as dear", ratio=1 / BASE_P, drop=BASE_P - 1,
+             what="resolves every task (15 points more) at 1/0.85 the cost per run: as dear per resolved task"),
+    Scenario("resolves more, 10% dearer", ratio=1.1 / BASE_P, drop=BASE_P - 1,
+             what="resolves every task (15 points more), 10% dearer per resolved task"),
+    Scenario("loop tail", ratio=1 / 1.5, retry=(0.1, 4.0, 8.0),
+             what="the same mean dollars, a third cheaper a run but 10% of runs loop at 4-8x"),
+    Scenario("warm after the same task 0.3", warm_follow=0.3,
+             what="the candidate is the incumbent; a cell after one of its own task is 26% cheaper (a warm cache)"),
+    Scenario("20% cheaper, 10% faults", ratio=0.8, excluded=0.1,
+             what="20% cheaper per run; 10% of every arm's runs lost to faults the harness did not cause"),
     Scenario("10% cheaper", ratio=0.9, what="10% cheaper per run"),
     Scenario("20% cheaper", ratio=0.8, what="20% cheaper per run"),
 )
@@ -89,6 +101,11 @@ class Cell:
     runs: int
     p: float = BASE_P
     cv: float = BASE_CV
+    tasks: int = len(TASKS)  # the first this many of TASKS
+
+    @property
+    def task_set(self) -> dict[str, float]:
+        return dict(list(TASKS.items())[:self.tasks])
 
 
 def truth(scenario: Scenario, p: float = BASE_P, cv: float = BASE_CV, draws: int = 400_000) -> float:
@@ -154,9 +171,11 @@ class _World:
         return self.drift[moment] + self.task[(task, moment)] + self.window[key]
 
 
-def schedule(design: str, runs: int, rng: random.Random) -> list[tuple[str, str, int, str, int]]:
-    """Every cell of one bench as (task, arm, run, moment, slot), in the order the cells are measured."""
-    tasks = list(TASKS)
+def schedule(design: str, runs: int, rng: random.Random, tasks: list[str] | None = None
+             ) -> list[tuple[str, str, int, str, int]]:
+    """Every cell of one bench as (task, arm, run, moment, slot), in the order the cells are measured;
+    `unrandomised` is the interleaved design with the control always first in its block (a reference only)."""
+    tasks = list(tasks or TASKS)
     if design == "separate":
         incumbent = [(t, INCUMBENT, r) for t in tasks for r in range(1, runs + 1)]
         candidate = [(t, CANDIDATE, r) for t in tasks for r in range(1, runs + 1)]
@@ -168,31 +187,53 @@ def schedule(design: str, runs: int, rng: random.Random) -> list[tuple[str, str,
         rng.shuffle(blocks)
         for t in blocks:
             arms = [INCUMBENT, CANDIDATE]
-            rng.shuffle(arms)
+            if design != "unrandomised":
+                rng.shuffle(arms)
             order += [(t, a, r) for a in arms]
     return [(t, a, r, "candidate", i) for i, (t, a, r) in enumerate(order)]
 
 
-def rows_for(cell: Cell, rng: random.Random) -> list[dict]:
+def incumbent_rows(cell: Cell, plan: SamplingParams, rng: random.Random) -> list[dict]:
+    """The incumbent side, measured at its own moment before the candidate's bench: what the design is sized by."""
+    sigma, world = _sigma(cell.cv), _World(BY_NAME[cell.scenario], rng)
+    rows = []
+    for slot, (task, run) in enumerate((t, r) for t in cell.task_set for r in range(1, plan.incumbent_runs + 1)):
+        cost = TASKS[task] * _lognormal(rng, sigma) * math.exp(world.shift("incumbent side", task, slot))
+        ok = rng.random() < cell.p
+        rows.append(_row(task, INCUMBENT, run, ok, None if ok else "oracle-failed", cost))
+    return rows
+
+
+def bench_for(cell: Cell, plan: SamplingParams, rng: random.Random) -> tuple[list[dict], betting.Design]:
+    """One simulated generation: the incumbent side, the design the gate draws from it, and the candidate side's
+    rows under that design's cost caps (a run at its cap stops there, unresolved: the harness's rule)."""
+    design = sampling.design(incumbent_rows(cell, plan, rng), cell.task_set, INCUMBENT, plan, "cost_usd")
+    return rows_for(cell, rng, {t: d.cap for t, d in design.tasks.items()}), design
+
+
+def rows_for(cell: Cell, rng: random.Random, caps: dict[str, float] | None = None) -> list[dict]:
     """One simulated bench: both arms, every task, `cell.runs` runs each, measured in `cell.design`'s order."""
     s = BY_NAME[cell.scenario]
     sigma, world = _sigma(cell.cv), _World(s, rng)
     index = {t: i for i, t in enumerate(TASKS)}
-    rows = []
-    for task, arm, run, moment, slot in schedule(cell.design, cell.runs, rng):
+    rows, previous = [], None
+    for task, arm, run, moment, slot in schedule(cell.design, cell.runs, rng, list(cell.task_set)):
         base = TASKS[task]
         if arm == CANDIDATE:
             cost, ok = _candidate_run(s, index[task], base, cell.p, sigma, rng)
         else:
             cost, ok = base * _lognormal(rng, sigma), rng.random() < cell.p
-        cost *= math.exp(world.shift(moment, task, slot))
+        cost *= math.exp(world.shift(moment, task, slot) - (s.warm_follow if previous == task else 0.0))
+        previous = task
         kind = None if ok else "oracle-failed"
+        if caps is not None and cost >= caps[task]:
+            cost, ok, kind = caps[task], False, "cost-cap"
         lost = rng.random() < s.excluded or (s.long_faults and rng.random() < s.long_faults * cost / base)
         if lost:
             kind, ok = "infra-error", False
         rows.append(_row(task, arm, run, ok, kind, cost))
     if s.exclude_costliest:
-        for task in TASKS:
+        for task in cell.task_set:
             mine = [row for row in rows if row["task"] == task and row["arm"] == CANDIDATE]
             worst = max(mine, key=lambda row: row["cost_usd"])
             worst.update(error_kind="infra-error", resolved=False)
@@ -206,22 +247,24 @@ def _row(task: str, arm: str, run: int, resolved: bool, kind: str | None, cost: 
     return row
 
 
-def decide(rows: list[dict], policy: Policy, sequential: dict | None = None, tasks=TASKS) -> str:
-    cells = aggregate(rows, dict.fromkeys(tasks, "study"), [INCUMBENT, CANDIDATE])
+def decide(rows: list[dict], policy: Policy, sequential: dict | None = None, tasks=TASKS,
+           design: betting.Design | None = None) -> str:
+    cells = aggregate(rows, dict.fromkeys(sorted({row["task"] for row in rows}), "study"), [INCUMBENT, CANDIDATE])
     return decide_arm(cells, policy, benchmark_model="skillevo-study", incumbent_arm=INCUMBENT,
-                      candidate_arm=CANDIDATE, sequential=sequential)["decision"]
+                      candidate_arm=CANDIDATE, sequential=sequential,
+                      design=design if policy.policy == "per_resolved" else None)["decision"]
 
 
-def simulate(job: tuple[Cell, int, tuple[dict, ...]]) -> tuple[Cell, tuple[float, ...]]:
+def simulate(job: tuple[Cell, int, tuple[dict, ...], SamplingParams]) -> tuple[Cell, tuple[float, ...]]:
     """The promotion rate of each policy (per_resolved first) on the same simulated benches (paired)."""
-    cell, decisions, policies = job
+    cell, decisions, policies, plan = job
     rng = random.Random(f"{cell}")
     chosen = [Policy.from_dict(p) for p in policies]
     promoted = [0] * len(chosen)
     for _ in range(decisions):
-        rows = rows_for(cell, rng)
+        rows, design = bench_for(cell, plan, rng)
         for i, policy in enumerate(chosen):
-            promoted[i] += decide(rows, policy) == "promote"
+            promoted[i] += decide(rows, policy, design=design) == "promote"
     return cell, tuple(n / decisions for n in promoted)
 
 
@@ -231,14 +274,16 @@ def sequential_plan(plan: SamplingParams, runs: int) -> SamplingParams:
     return replace(plan, runs=runs, sequential=replace(plan.sequential, enabled=True))
 
 
-def stopped(rows: list[dict], plan: SamplingParams) -> tuple[list[dict], dict]:
+def stopped(rows: list[dict], plan: SamplingParams, design: betting.Design | None = None
+            ) -> tuple[list[dict], dict]:
     """A sequential interleaved bench: both arms' rows up to the look interim stopped at, and bench.json's record."""
     planned = sampling.looks(plan)
     for look, runs in enumerate(planned, start=1):
         seen = [row for row in rows if row["run"] <= runs]
         incumbent = [row for row in seen if row["arm"] == INCUMBENT]
         candidate = [row for row in seen if row["arm"] == CANDIDATE]
-        action = sampling.interim(incumbent, candidate, {CANDIDATE: INCUMBENT}, look, plan).action
+        action = sampling.interim(incumbent, candidate, {CANDIDATE: INCUMBENT}, look, plan,
+                                  None if design is None else {INCUMBENT: design}).action
         if action != sampling.CONTINUE or look == len(planned):
             return seen, sampling.record(plan, look, action)
     raise AssertionError("unreachable: the last look always stops")
@@ -261,10 +306,11 @@ def simulate_sequential(job: tuple[Cell, int, dict, SamplingParams]) -> tuple[Ce
     policy = Policy.from_dict(default)
     totals = [0, 0, 0, 0, 0]
     for _ in range(decisions):
-        rows = rows_for(cell, rng)
-        seen, record = stopped(rows, plan)
+        rows, design = bench_for(cell, plan, rng)
+        seen, record = stopped(rows, plan, design)
         early = record["stopped_at_look"] < len(record["looks"])
-        for i, value in enumerate((decide(rows, policy) == "promote", decide(seen, policy, record) == "promote",
+        for i, value in enumerate((decide(rows, policy, design=design) == "promote",
+                                   decide(seen, policy, record, design=design) == "promote",
                                    record["looks"][record["stopped_at_look"] - 1],
                                    early and record["reason"] == "futility",
                                    early and record["reason"] == "promote")):
@@ -272,17 +318,19 @@ def simulate_sequential(job: tuple[Cell, int, dict, SamplingParams]) -> tuple[Ce
     return cell, SequentialRates(*(total / decisions for total in totals))
 
 
-def schedule_rate(job: tuple[int, int, dict, bool, Cell]) -> tuple[tuple[int, bool], float]:
+def schedule_rate(job: tuple[int, int, dict, bool, Cell, SamplingParams]) -> tuple[tuple[int, bool], float]:
     """`make evolve` on null candidates: the share of schedules of `generations` that end in a false promotion,
     with or without evolve's confirmation by a fresh replicate."""
-    generations, schedules, default, confirm, cell = job
+    generations, schedules, default, confirm, cell, plan = job
     policy = Policy.from_dict(default)
     rng = random.Random(f"schedule {generations} {confirm} {cell}")
     false = 0
     for _ in range(schedules):
         for _ in range(generations):
-            if decide(rows_for(cell, rng), policy) == "promote":
-                if not confirm or decide(rows_for(cell, rng), policy) == "promote":
+            rows, design = bench_for(cell, plan, rng)
+            if decide(rows, policy, design=design) == "promote":
+                again, design = bench_for(cell, plan, rng)
+                if not confirm or decide(again, policy, design=design) == "promote":
                     false += 1
                     break
     return (generations, confirm), false / schedules

@@ -17,8 +17,6 @@ import matplotlib.pyplot as plt  # after choosing the backend
 from benchmarks.gate_model import BASE_CV, BASE_P, BY_NAME, DESIGNS, SCENARIOS, Cell, truth
 from skillevo.core.config import Policy, SamplingParams
 
-HEADLINE = Cell("20% cheaper", "interleaved", 10, 1.0, 0.35)
-
 
 @dataclass
 class Study:
@@ -31,6 +29,8 @@ class Study:
     power: dict[Cell, tuple[float, ...]] = field(default_factory=dict)
     sequential: dict[Cell, Any] = field(default_factory=dict)  # SequentialRates
     schedules: dict[tuple[int, bool], float] = field(default_factory=dict)
+    claims: dict[Cell, tuple[float, ...]] = field(default_factory=dict)  # the issue's cases, each as it names it
+    headline: dict[Cell, Any] = field(default_factory=dict)  # SequentialRates under the default schedule
 
     @property
     def bound(self) -> float:
@@ -42,10 +42,11 @@ def write(out: Path, study: Study, nulls: Sequence[str]) -> dict[str, Any]:
     """Write the outputs; return x (the worst null cell of the design skillevo runs), y and n."""
     out.mkdir(parents=True, exist_ok=True)
     null_cells: list[tuple[float, str]] = []
-    for part, rates in (("grid", study.grid), ("robust", study.robust)):
+    for part, rates in (("claims", study.claims), ("grid", study.grid), ("robust", study.robust)):
         null_cells += [(r[0], f"{part} {_label(c)}") for c, r in rates.items()
                        if c.scenario in nulls and c.design == "interleaved"]
-    null_cells += [(r.spending, f"sequential {_label(c)}") for c, r in study.sequential.items()
+    null_cells += [(r.spending, f"sequential {_label(c)}") for c, r in (*study.sequential.items(),
+                                                                       *study.headline.items())
                    if c.scenario in nulls]
     x, worst = max(null_cells, default=(0.0, "none"))
     separate = max((r[0] for c, r in study.grid.items() if c.scenario in nulls and c.design == "separate"),
@@ -54,10 +55,12 @@ def write(out: Path, study: Study, nulls: Sequence[str]) -> dict[str, Any]:
                     default=None)
     curve = {c.runs: r[0] for c, r in study.power.items() if c.scenario == "20% cheaper" and c.p == 1.0
              and c.cv == 0.35}
-    y = curve.get(10, float("nan"))
-    n = next((runs for runs, power in sorted(curve.items()) if power >= 0.8), None)
+    real = next((r for c, r in study.headline.items() if c.scenario == "20% cheaper"), None)
+    y = real.spending if real else float("nan")
+    n = real.runs if real else float("nan")
     _csv(out / "rates.csv", study, nulls)
     lines = _summary(study, x, worst, separate, geometric, y, n, curve)
+    lines += _claims_table(study, nulls)
     lines += _grid_tables(study, nulls)
     lines += _robust_table(study)
     lines += _power_table(study)
@@ -88,8 +91,27 @@ def _csv(path: Path, study: Study, nulls: Sequence[str]) -> None:
                         f"{r.spending:.4f}", ""])
 
 
+def _claims_table(study: Study, nulls: Sequence[str]) -> list[str]:
+    """The issue's cases at the configurations it names, and the default schedule's headline."""
+    if not study.claims and not study.headline:
+        return []
+    lines = ["## Every promotion path's nulls, the tails, the controls and faults (issue 29)", "",
+             "| case | design | tasks x runs | p | truth | promoted |", "|---|---|---|---|---|---|"]
+    for c, r in study.claims.items():
+        s = BY_NAME[c.scenario]
+        mark = " (null)" if c.scenario in nulls else ""
+        lines.append(f"| {c.scenario}{mark}: {s.what} | {c.design} | {c.tasks} x {c.runs} | {c.p:g} | "
+                     f"{truth(s, c.p, c.cv):.3f} | {r[0]:.4f} |")
+    for c, r in study.headline.items():
+        lines.append(f"| {c.scenario}: the default schedule (sequential, at most {c.runs} runs a task) | "
+                     f"{c.design} | {c.tasks} x {c.runs} | {c.p:g} | {truth(BY_NAME[c.scenario], c.p, c.cv):.3f} | "
+                     f"{r.spending:.4f} (mean {r.runs:.1f} runs a task; futile early {r.futility:.3f}, promoted "
+                     f"early {r.early_promote:.3f}) |")
+    return lines + [""]
+
+
 def _summary(study: Study, x: float, worst: str, separate: float | None, geometric: float | None, y: float,
-             n: int | None, curve: dict[int, float]) -> list[str]:
+             n: float, curve: dict[int, float]) -> list[str]:
     p = study.policy
     se = math.sqrt(p.alpha * (1 - p.alpha) / study.decisions)
     lines = [
@@ -105,9 +127,13 @@ def _summary(study: Study, x: float, worst: str, separate: float | None, geometr
         lines.append(f"- worst null cell, separate design (stored incumbent runs as the control): **{separate:.4f}**")
     if geometric is not None:
         lines.append(f"- worst null cell, the geometric-mean test on the same interleaved benches: **{geometric:.4f}**")
+    if not math.isnan(y):
+        lines.append(f"- power for a 20% saving at p {BASE_P:g}, CV {BASE_CV:g}, 4 tasks, under the default schedule "
+                     f"(sequential, at most {study.sampling.runs} runs a task): **{y:.4f}**, at a mean **{n:.1f}** "
+                     "runs a task")
     if curve:
-        lines.append(f"- power for a 20% saving at p = 1, CV 0.35, 10 runs: **{y:.4f}**; runs for power 0.8: **{n}** "
-                     f"({', '.join(f'{r}: {v:.2f}' for r, v in sorted(curve.items()))})")
+        lines.append("- power for a 20% saving at p = 1, CV 0.35, fixed runs: "
+                     + ", ".join(f"{r}: {v:.2f}" for r, v in sorted(curve.items())))
     return lines + [""]
 
 

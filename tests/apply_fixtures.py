@@ -22,7 +22,7 @@ from skillevo.core.results import load_side
 from skillevo.freeze import freeze
 from skillevo.gate import build_promotion, write_promotion
 from tests.bench_fixtures import make_mini
-from tests.gate_rows import CANDIDATE, INCUMBENT, bench, controls, runs, write_side
+from tests.gate_rows import CANDIDATE, INCUMBENT, bench, controls, designed, runs, write_side
 
 NOW = datetime(2025, 3, 1, 12, 0, tzinfo=UTC)  # when the gate decided, and when every row was recorded
 APPLY_AT = NOW + timedelta(days=1)
@@ -51,11 +51,13 @@ CREATED = sorted(f"{root}/{REFERENCE}" for root in ROOTS)
 CREATED_DIRS = sorted(f"{root}/work/reference" for root in ROOTS)
 
 # Per-run cost of each task (make_mini's tasks) on each side.
-INCUMBENT_COSTS = {"greet": [1.0, 1.1, 0.9], "cheat": [2.0, 2.0, 2.0]}
-PROMOTING = {"greet": [0.8, 0.85, 0.9], "cheat": [1.9, 1.8, 2.0]}
-KEEPING = {"greet": [1.0, 1.1, 0.95], "cheat": [2.0, 2.0, 2.1]}  # no improvement: keep_incumbent
-# Two tasks of three runs bound a resolution drop no tighter than 39 points (skillevo/stats), and are far fewer
-# than the heavy-tail minimum: the fixture's gate allows both, so that a promotion is possible at all on so few.
+# Eight runs a task: the test by betting stakes a bounded part of its wealth per round, so even a halved cost
+# needs some seven rounds to reach 1 / alpha (skillevo/stats/betting.py).
+INCUMBENT_COSTS = {"greet": [1.0, 1.1, 0.9, 1.05] * 2, "cheat": [2.0, 2.1, 1.9, 2.0] * 2}
+PROMOTING = {"greet": [0.5, 0.55, 0.45, 0.5] * 2, "cheat": [1.0, 1.05, 0.95, 1.0] * 2}
+KEEPING = {"greet": [1.0, 1.1, 0.95, 1.05] * 2, "cheat": [2.0, 2.0, 2.1, 1.9] * 2}  # no improvement: keep_incumbent
+# Two tasks of eight runs bound a resolution drop no tighter than 17 points (skillevo/stats), and are fewer than
+# the heavy-tail minimum: the fixture's gate allows both.
 GATE = {"max_resolution_drop_pct": 50, "min_total_runs": 1}
 
 # What each stage's dvc.lock entry records (directories through the cache's `.dir` listing).
@@ -203,6 +205,8 @@ def write_bench_sides(results: Path, tasks_file: Path, overlay_digest: str,
         bench_json = bench(side, classes, task_bindings=[task.binding for task in bound], overlay_digest=digest,
                            served_models=[MODEL_NAME])
         bench_json["model"]["name"] = MODEL_NAME
+        if side == "candidate":
+            bench_json = designed(bench_json, incumbent)
         write_side(results / f"bench-{side}", bench_json, rows)
 
 

@@ -9,8 +9,11 @@ import json
 from pathlib import Path
 from typing import Any
 
+from skillevo.core import sampling
+from skillevo.core.config import SamplingParams, section
 from skillevo.core.controls import order
 from skillevo.core.digests import canonical_json, sha256_bytes
+from skillevo.core.errors import BadInput
 from skillevo.core.limits import Limits
 from skillevo.core.results import EXCLUDED_ERROR_KINDS, Side
 
@@ -138,8 +141,21 @@ def bench(side: str, tasks: dict[str, str], *, arms: tuple[str, ...] = (INCUMBEN
         "replicate": 0,
         "results_sha256": "0" * 64,  # sides() and write_side() put the digest of the rows they write
         "mac": None,
+        "design": None,  # candidate side: designed() puts the incumbent side's
         **fields,
     }
+
+
+def designed(bench_json: dict[str, Any], incumbent_rows: list[dict[str, Any]], metric: str = "cost_usd"
+             ) -> dict[str, Any]:
+    """A candidate side's bench.json with the design the gate draws from these incumbent rows (default params)."""
+    plan = section(SamplingParams, "sampling", {}, "test defaults")
+    arms = sorted({a["incumbent_arm"] for a in bench_json["arms"]})
+    try:
+        found = sampling.designs(incumbent_rows, bench_json["task_split"]["gate"], arms, plan, metric)
+    except BadInput:  # an incumbent side that cannot size one: the bench ran without (the gate refuses it)
+        return {**bench_json, "design": None}
+    return {**bench_json, "design": json.loads(json.dumps({a: d.to_dict() for a, d in found.items()}))}
 
 
 def stamp(bench_json: dict[str, Any], rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -198,7 +214,7 @@ def sides(rows: list[dict[str, Any]], tasks: dict[str, str] | None = None) -> tu
         return Side(Path(f"bench-{name}"), bench_json, tuple(side_rows), digests)
 
     return (side("incumbent", bench("incumbent", tasks), incumbent),
-            side("candidate", bench("candidate", tasks), candidate))
+            side("candidate", designed(bench("candidate", tasks), incumbent), candidate))
 
 
 def transcript(row: dict[str, Any]) -> bytes:

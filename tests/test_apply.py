@@ -346,7 +346,7 @@ def test_a_forged_row_is_refused_by_its_transcript(pipe: Pipeline):
     (pipe.paths.candidate_bench / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     pipe.record()
     refused(pipe, r"bench-candidate/results\.jsonl: row greet/candidate_workflow/run1: cost_usd is 0\.01 but its "
-                  r"transcripts say 0\.8")
+                  r"transcripts say 0\.5")
 
 
 def test_a_promotion_rebuilt_by_hand_does_not_follow_from_the_evidence(tmp_path: Path):

@@ -15,7 +15,7 @@ from skillevo.bench import SidePlan, interleaved
 from skillevo.core.arms import Arm, Session, candidate
 from skillevo.core.errors import BadInput
 from skillevo.core.results import load_side
-from tests.gate_rows import CANDIDATE, INCUMBENT, RECORDED_AT, bench, controls, freeze, runs, write_side
+from tests.gate_rows import CANDIDATE, INCUMBENT, RECORDED_AT, bench, controls, designed, freeze, runs, write_side
 
 
 class _Task:
@@ -153,7 +153,8 @@ def _gate(tmp_path: Path, edit=None, *, env_key: str | None = None, monkeypatch=
     cand = runs("t1", CANDIDATE, [0.8, 0.9, 0.7]) + runs("t2", CANDIDATE, [1.8, 1.7, 1.9])
     write_side(tmp_path / "inc", bench("incumbent", {"t1": "trivial", "t2": "trivial"}), incumbent)
     fresh = [{**r, "started_at": RECORDED_AT, "recorded_at": RECORDED_AT} for r in incumbent]
-    side = _write(tmp_path, controls(fresh, cand))
+    side = write_side(tmp_path / "cand", designed(bench("candidate", {"t1": "trivial", "t2": "trivial"}), incumbent),
+                      controls(fresh, cand))
     if edit is not None:
         rows = [json.loads(line) for line in (side / "results.jsonl").read_text().splitlines()]
         bench_json = json.loads((side / "bench.json").read_text())

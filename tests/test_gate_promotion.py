@@ -35,16 +35,17 @@ from tests.gate_rows import (
 
 NOW = datetime(2025, 3, 1, 12, 0, tzinfo=UTC)
 LATER = NOW + timedelta(days=1)
-# Three tasks of three runs: the bound on a resolution drop needs a margin this wide, and fewer runs than the heavy-tail
-# minimum (both tested in tests/test_gate_stratified.py).
+# Three tasks of eight runs: the bound on a resolution drop needs a margin this wide, and fewer runs than the
+# heavy-tail minimum (both tested in tests/test_gate_stratified.py); a halved cost reaches the test by betting's
+# 1 / alpha in some seven rounds (skillevo/stats/betting.py).
 DEFAULT = Policy.from_dict({"max_resolution_drop_pct": 50, "min_total_runs": 1})
 
 
 def promoting_rows():
     return (
-        runs("t1", INCUMBENT, [1.0, 1.1, 0.9]) + runs("t1", CANDIDATE, [0.8, 0.85, 0.9])
-        + runs("t2", INCUMBENT, [2.0, 2.0, 2.0]) + runs("t2", CANDIDATE, [1.9, 1.8, 2.0])
-        + runs("t3", INCUMBENT, [1.0, 1.0, 1.0]) + runs("t3", CANDIDATE, [1.0, 0.9, 0.95])
+        runs("t1", INCUMBENT, [1.0, 1.1, 0.9, 1.05] * 2) + runs("t1", CANDIDATE, [0.5, 0.55, 0.45, 0.5] * 2)
+        + runs("t2", INCUMBENT, [2.0, 2.1, 1.9, 2.0] * 2) + runs("t2", CANDIDATE, [1.0, 0.9, 1.1, 1.0] * 2)
+        + runs("t3", INCUMBENT, [1.0, 1.05, 0.95, 1.0] * 2) + runs("t3", CANDIDATE, [0.5, 0.45, 0.55, 0.5] * 2)
     )
 
 
@@ -71,8 +72,10 @@ def test_promotion_binds_everything_apply_checks():
     assert promotion["policy"] == DEFAULT.to_dict()
     [decision] = promotion["decisions"]
     assert decision["decision"] == "promote" and decision["policy"] == "per_resolved"
-    assert 5 < decision["estimate"]["improvement_pct"] < 10
-    assert decision["tasks"][0]["candidate"]["cost_usd"] == 0.85
+    assert 45 < decision["estimate"]["improvement_pct"] < 55
+    assert decision["tasks"][0]["candidate"]["cost_usd"] == 0.5
+    assert decision["test"]["kind"] == "betting" and decision["test"]["e_value"] >= 20
+    assert promotion["design"] == {INCUMBENT: decision["test"]["design"]}
 
 
 def test_a_stored_promotion_validates_and_recomputes():
@@ -171,9 +174,9 @@ def _remove_task(p):
 
 # name: (tamper on the stored promotion, fragment the refusal must name)
 TAMPERS = {
-    "a sample edited": (_set(["decisions", 0, "tasks", 0, "candidate", "samples", 0, "cost_usd"], 0.5),
+    "a sample edited": (_set(["decisions", 0, "tasks", 0, "candidate", "samples", 0, "cost_usd"], 0.25),
                         "decisions[0]."),
-    "embedded median edited": (_set(["decisions", 0, "tasks", 1, "candidate", "cost_usd"], 1.0),
+    "embedded median edited": (_set(["decisions", 0, "tasks", 1, "candidate", "cost_usd"], 1.5),
                                "decisions[0].tasks[1].candidate.cost_usd: is not the median of its samples"),
     "estimate edited": (_set(["decisions", 0, "estimate", "improvement_pct"], 25.0),
                         "decisions[0].estimate.improvement_pct"),
@@ -191,10 +194,11 @@ TAMPERS = {
     ),
     "overlay digest changed": (_set(["overlay_digest"], "c" * 64), "overlay_digest"),
     "policy loosened": (_set(["policy", "min_improvement_pct"], 1.0), "policy.min_improvement_pct"),
+    "design loosened": (_set(["design", INCUMBENT, "tasks", "t1", "cap"], 100.0), "design.workflow.tasks.t1.cap"),
     "task binding changed": (_set(["task_bindings", 0, "verify_sha256"], "c" * 64), "task_bindings[0].verify_sha256"),
     "backend changed": (_set(["backend", "simulated"], False), "backend.simulated"),
     "arm renamed": (_set(["decisions", 0, "incumbent_arm"], "direct"), "decisions[0].incumbent_arm"),
-    "impossible aggregate": (_set(["decisions", 0, "tasks", 0, "candidate", "resolved"], 4),
+    "impossible aggregate": (_set(["decisions", 0, "tasks", 0, "candidate", "resolved"], 9),
                              "decisions[0].tasks[0].candidate.resolved"),
     "runs do not add up": (_set(["decisions", 0, "tasks", 0, "incumbent", "runs"], 5),
                            "decisions[0].tasks[0].incumbent.runs"),

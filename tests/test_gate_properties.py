@@ -6,10 +6,12 @@ import json
 from datetime import UTC, datetime
 from fractions import Fraction
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from skillevo.core.config import Policy
+from skillevo.core.errors import BadInput
 from skillevo.core.results import EXCLUDED_ERROR_KINDS, aggregate
 from skillevo.gate import build_promotion, decide_arm, recompute_decisions
 from tests.gate_rows import CANDIDATE, INCUMBENT, freeze, row, sides
@@ -122,6 +124,10 @@ def test_a_uniformly_cheaper_candidate_never_loses_a_promotion(rows):
 @given(benches(), POLICIES)
 def test_recomputation_from_the_stored_file_equals_the_stored_decision(rows, policy):
     incumbent, candidate = sides(rows)
+    if candidate.bench["design"] is None and policy.policy == "per_resolved":
+        with pytest.raises(BadInput, match=r"\$\.design: the candidate side ran without a design .*\(rule: design\)"):
+            build_promotion(incumbent, candidate, freeze(), policy, now=NOW)
+        return
     promotion = build_promotion(incumbent, candidate, freeze(), policy, now=NOW)
     from_file = json.loads(json.dumps(promotion, sort_keys=True))
     assert recompute_decisions(from_file) == from_file["decisions"]

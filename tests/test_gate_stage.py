@@ -15,26 +15,29 @@ import pytest
 from skillevo.core.digests import sha256_bytes
 from skillevo.core.schemas import first_error, schema_validator
 from skillevo.stages import gate as stage
-from tests.gate_rows import CANDIDATE, INCUMBENT, bench, controls, freeze, row, runs, write_side
+from tests.gate_rows import CANDIDATE, INCUMBENT, bench, controls, designed, freeze, row, runs, write_side
 
 ROOT = Path(__file__).resolve().parents[1]
 TASKS = {"t1": "trivial", "t2": "investigation"}
 
 
-# Two tasks of three runs: a margin of 50 points is the tightest bound on a resolution drop six runs allow.
+# Two tasks of eight runs: a margin of 50 points bounds a resolution drop on far fewer; the test by betting
+# needs some seven rounds to promote even a halved cost (skillevo/stats/betting.py).
 SMALL = "gate: {max_resolution_drop_pct: 50, min_total_runs: 1}\n"
+HALVED = (0.5, 0.55, 0.45, 0.5) * 2
 
 
-def setup_inputs(tmp_path: Path, *, candidate_costs=(0.8, 0.85, 0.9), candidate_rows=None, params=SMALL):
+def setup_inputs(tmp_path: Path, *, candidate_costs=HALVED, candidate_rows=None, params=SMALL, metric="cost_usd"):
     params = "arms: {workflow: {sessions: [{skill: work, prompt: '{prompt}'}]}}\n" + params
-    incumbent_rows = runs("t1", INCUMBENT, [1.0, 1.1, 0.9])
-    incumbent_rows += runs("t2", INCUMBENT, [2.0, 2.0, 2.0], cls="investigation")
+    incumbent_rows = runs("t1", INCUMBENT, [1.0, 1.1, 0.9, 1.05] * 2)
+    incumbent_rows += runs("t2", INCUMBENT, [2.0, 2.1, 1.9, 2.0] * 2, cls="investigation")
     if candidate_rows is None:
         candidate_rows = runs("t1", CANDIDATE, list(candidate_costs)) + runs(
-            "t2", CANDIDATE, [1.9, 1.8, 2.0], cls="investigation"
+            "t2", CANDIDATE, [1.0, 1.05, 0.95, 1.0] * 2, cls="investigation"
         )
     write_side(tmp_path / "inc", bench("incumbent", TASKS), incumbent_rows)
-    write_side(tmp_path / "cand", bench("candidate", TASKS), controls(incumbent_rows, candidate_rows))
+    write_side(tmp_path / "cand", designed(bench("candidate", TASKS), incumbent_rows, metric),
+               controls(incumbent_rows, candidate_rows))
     (tmp_path / "manifest.json").write_text(json.dumps(freeze()), encoding="utf-8")
     (tmp_path / "params.yaml").write_text(params, encoding="utf-8")
     return [
@@ -66,8 +69,8 @@ def test_end_to_end_as_a_module(tmp_path: Path):
     assert result.returncode == 0, result.stderr
     [line] = result.stdout.splitlines()
     assert re.fullmatch(
-        r"candidate_workflow: promote \(cost_usd per resolved task 8\.3% cheaper \(90% interval (-?\d+\.\d)% to "
-        r"(\d+\.\d)%, p=0\.0\d+\), resolved 6/6 -> 6/6\)",
+        r"candidate_workflow: promote \(cost_usd per resolved task 50\.2% cheaper \(90% interval (-?\d+\.\d)% to "
+        r"(\d+\.\d)%, p<=0\.0\d+\), resolved 16/16 -> 16/16\)",
         line,
     ), line
     out = tmp_path / "out"
@@ -77,20 +80,21 @@ def test_end_to_end_as_a_module(tmp_path: Path):
 
     report = (out / "report.md").read_text(encoding="utf-8")
     assert report.index("candidate_workflow: promote") < report.index("| task |") < report.index("Reasons:")
-    assert re.search(r"\| t1 \| 3/3 \| 3/3 \| 1 \| 0\.85 \| 15\.0% \| -?\d+\.\d% to \d+\.\d% \|", report), report
+    assert re.search(r"\| t1 \| 8/8 \| 8/8 \| 1\.0125 \| 0\.5 \| 50\.6% \| -?\d+\.\d% to \d+\.\d% \|", report), report
+    assert "the test by betting reached e=" in report and "**Claim:** the candidate is cheaper" in report
     assert "What cheaper means" in report and "per resolved task for the control" in report
     assert "Simulated" in report and "Per protocol" in report and "plots/improvement.svg" in report
 
     assert json.loads((out / "metrics.json").read_text(encoding="utf-8")) == {  # what `dvc metrics show` prints
-        "candidate_workflow": {"decision_code": 1, "improvement_pct": 8.33}, "sessions": 18, "cost_usd": 26.25}
+        "candidate_workflow": {"decision_code": 1, "improvement_pct": 50.21}, "sessions": 48, "cost_usd": 60.2}
     metrics = json.loads((out / "figures.json").read_text(encoding="utf-8"))  # every figure, flat
     assert all(isinstance(v, int | float) and not isinstance(v, bool) for v in metrics.values())
     assert metrics["candidate_workflow.decision_code"] == 1
-    assert metrics["candidate_workflow.improvement_pct"] == 8.33
-    assert metrics["candidate_workflow.interval_low_pct"] < 8.33 < metrics["candidate_workflow.interval_high_pct"]
-    assert metrics["candidate_workflow.control_per_resolved"] == 1.5  # 1 + 2 dollars a round, for 2 resolved tasks
-    assert (metrics["incumbent.total_cost_usd"], metrics["candidate.total_cost_usd"]) == (9.0, 9.0 + 8.25)
-    assert (metrics["incumbent.sessions"], metrics["candidate.sessions"]) == (6, 12)  # the candidate side's controls
+    assert metrics["candidate_workflow.improvement_pct"] == 50.21
+    assert metrics["candidate_workflow.interval_low_pct"] < 50.21 < metrics["candidate_workflow.interval_high_pct"]
+    assert metrics["candidate_workflow.control_per_resolved"] == 1.50625  # 1.0125 + 2 dollars a round, 2 resolved
+    assert (metrics["incumbent.total_cost_usd"], metrics["candidate.total_cost_usd"]) == (24.1, 24.1 + 12.0)
+    assert (metrics["incumbent.sessions"], metrics["candidate.sessions"]) == (16, 32)  # the candidate side's controls
 
     with (out / "plots" / "tasks.csv").open(newline="", encoding="utf-8") as f:
         plot = list(csv.DictReader(f))
@@ -128,8 +132,8 @@ def test_a_kept_incumbent_still_exits_zero(tmp_path: Path, capsys):
 
 
 def test_a_main_loop_metric_warns_on_stderr(tmp_path: Path, capsys):
-    assert stage.main(setup_inputs(tmp_path,
-                                   params="gate:\n  metric: output_tokens\n  max_resolution_drop_pct: 50\n")) == 0
+    params = "gate:\n  metric: output_tokens\n  max_resolution_drop_pct: 50\n"
+    assert stage.main(setup_inputs(tmp_path, params=params, metric="output_tokens")) == 0
     assert "warning: metric output_tokens" in capsys.readouterr().err
 
 

@@ -52,9 +52,12 @@ def test_the_per_resolved_power_model_matches_the_test_s_own_variance():
     assert stats.per_resolved_variance([(1.0, 0.0, 0.3)]) is None
 
 
+FORTY = Policy.from_dict({"min_total_runs": 40})  # the figures these cases were built at
+
+
 def test_the_incumbent_s_figures_give_the_runs_needed_and_warn_below_them():
     rows = noisy_rows(["g1", "g2", "g3", "g4", "e1"], 5, 0.35)
-    result = sampling.preflight(rows, ["g1", "g2", "g3", "g4"], plan(runs=5), Policy.from_dict({}))
+    result = sampling.preflight(rows, ["g1", "g2", "g3", "g4"], plan(runs=5), FORTY)
     assert result.spread_from == "incumbent (20 runs)"  # the evidence task e1 is not the gate's
     assert result.runs_needed["min_total_runs"] == 10 and result.runs_needed["resolution_bound"] == 4
     assert result.runs_needed["saving_20pct"] < result.runs_needed["min_improvement"]
@@ -62,8 +65,11 @@ def test_the_incumbent_s_figures_give_the_runs_needed_and_warn_below_them():
     assert any("below gate.min_total_runs 40: no candidate can be promoted; run at least 10 per task" in w
                for w in result.warnings)
     assert any("gate.min_improvement_pct 5% is below the saving 5 runs can detect" in w for w in result.warnings)
-    enough = sampling.preflight(rows, ["g1", "g2", "g3", "g4"], plan(runs=10), Policy.from_dict({}))
-    assert not any("min_total_runs" in w for w in enough.warnings) and enough.detectable_pct < result.detectable_pct
+    enough = sampling.preflight(rows, ["g1", "g2", "g3", "g4"], plan(runs=10), FORTY)
+    assert not any("below gate.min_total_runs" in w for w in enough.warnings)
+    assert enough.detectable_pct < result.detectable_pct
+    assert 0 <= result.planned["power"] < enough.planned["power"] <= 1  # the test by betting, by simulation
+    assert result.planned["saving_pct"] == 20 and 1 <= enough.planned["mean_runs"] <= 10
 
 
 def test_identical_runs_fall_back_to_the_prior_and_few_runs_are_called_out():
@@ -81,7 +87,8 @@ def test_the_stage_prints_and_writes_its_figures(tmp_path: Path, capsys):
                noisy_rows(["cheat", "greet"], 4, 0.2))
     params = tmp_path / "params.yaml"
     params.write_text(yaml.safe_dump({"arms": {"workflow": {"sessions": [{"skill": "work", "prompt": "{prompt}"}]}},
-                                      "sampling": {"runs": 4}, "tasks": {"gate": ["cheat", "greet"]}}))
+                                      "sampling": {"runs": 4}, "tasks": {"gate": ["cheat", "greet"]},
+                                      "gate": {"min_total_runs": 40}}))
     out = tmp_path / "preflight.json"
     assert stage.main(["--incumbent", str(tmp_path / "inc"), "--tasks", str(tasks_file), "--params", str(params),
                        "--out", str(out)]) == 0

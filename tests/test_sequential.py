@@ -27,9 +27,10 @@ OTHER_INCUMBENT, OTHER = "auto", "candidate_auto"
 
 def plan(runs_: int = 10, **sequential) -> SamplingParams:
     """Looks on; these benches are small, so the heavy-tail minimum (tested with the gate) is off unless given, and
-    the level is 0.04, the figures these cases were built at."""
+    the level, the first look and futility are the figures these cases were built at."""
     return section(SamplingParams, "sampling", {"runs": runs_, "sequential": {
-        "enabled": True, "min_total_runs": 1, "alpha": 0.04, **sequential}}, "test plan")
+        "enabled": True, "min_total_runs": 1, "alpha": 0.04, "first": 3, "futility_p_value": 0.5, **sequential}},
+        "test plan")
 
 
 def increasing_looks(draw_max: int = 30):
@@ -251,31 +252,16 @@ def test_interim_refuses_what_is_not_a_look(candidate, look, sampling_plan, mess
         sampling.interim(INC, candidate, PAIR, look, sampling_plan)
 
 
-def test_a_look_whose_level_is_below_the_bootstraps_resolution_cannot_promote():
-    """1 / (RESAMPLES + 1) is the smallest p-value the bootstrap gives: a first look of a long plan, whose level is
-    below it, goes on, however clear the saving (the gate keeps its level; the look just cannot stop to promote)."""
-    from skillevo.stats.per_resolved import RESAMPLES
-    first = stats.look_levels((3, 5, 7, 9, 10), 0.04)[0]
-    assert first < 1 / (RESAMPLES + 1)
+def test_the_wealth_decides_at_alpha_at_every_look():
+    """The test by betting holds alpha however often it is looked at: the same runs stop to promote at an early
+    look of a long plan as at the last look of a short one, with the same e-value (skillevo/stats/betting.py)."""
     wide = {"max_resolution_drop_pct": 100, "futility_p_value": 1, "futility_confidence": 0}
-    found = sampling.interim(INC, CHEAPER_3, PAIR, 1, plan(10, **wide))
-    assert found.action == sampling.CONTINUE and f"p<={1 / (RESAMPLES + 1):.3g}" in found.reasons[0]  # as the gate says
-    assert sampling.interim(INC, CHEAPER_3, PAIR, 1, plan(5, **wide)).action == sampling.PROMOTE
-
-
-def test_the_efficacy_level_is_the_looks_spending_boundary():
-    # a p-value between look 1's boundary and the fixed level: the first of five looks goes on, where one look
-    # (the fixed design, at the whole alpha) would stop to promote on the same runs
-    costs = {t: [round((1 + i) * 0.9 * m, 6) for m in (0.97, 1.0, 1.03)] for i, t in enumerate(TASKS)}
-    rows = side(CANDIDATE, 1.0, 3, costs=costs)
-    strata = [([(r["cost_usd"], True) for r in INC if r["task"] == t], [(c, True) for c in costs[t]]) for t in TASKS]
-    p = stats.per_resolved(strata, 0.04).p_value
-    first = stats.look_levels((3, 5, 7, 9, 10), 0.04)[0]
-    assert first < p < 0.04, p  # the case this test is about
-    wide = {"max_resolution_drop_pct": 100, "futility_p_value": 1}
-    early = sampling.interim(INC, rows, PAIR, 1, plan(10, **wide))
-    assert early.action == sampling.CONTINUE and f"level {first:.3g}" in early.reasons[0]
-    assert sampling.interim(INC, rows, PAIR, 1, plan(3, **wide)).action == sampling.PROMOTE
+    early = sampling.interim(INC, CHEAPER_7, PAIR, 3, plan(10, **wide))  # looks 3, 5, 7, 9, 10: the third of five
+    last = sampling.interim(INC, CHEAPER_7, PAIR, 3, plan(7, **wide))  # looks 3, 5, 7: the last
+    assert early.action == last.action == sampling.PROMOTE, early.reasons
+    assert early.reasons[0].split(" (bound")[0] == last.reasons[0].split(" (bound")[0]
+    few = sampling.interim(INC, CHEAPER_3, PAIR, 1, plan(10, **wide))
+    assert few.action == sampling.CONTINUE and "of 25 needed" in few.reasons[0]  # three rounds bet too little
 
 
 # --- the preflight warns where interim and the gate disagree -------------------------------------------------
@@ -285,7 +271,7 @@ def test_preflight_warns_when_interim_and_the_gate_disagree():
     from skillevo.core.config import Policy
     policy = Policy.from_dict({"min_total_runs": 1, "alpha": 0.04})  # as plan() has it
     assert sampling.sequential_warnings(plan(), policy) == []
-    assert any("sampling.sequential.min_total_runs 1 is not the gate's 40" in w
+    assert any("sampling.sequential.min_total_runs 1 is not the gate's 12" in w
                for w in sampling.sequential_warnings(plan(), Policy.from_dict({})))
     assert any("gate.policy geometric is not per_resolved" in w
                for w in sampling.sequential_warnings(plan(), Policy.from_dict({"policy": "geometric",
@@ -306,7 +292,7 @@ def test_a_looks_line_prints_its_numbers_as_the_gate_does(monkeypatch):
     rows = {arm: [{"task": "t", "arm": arm, "run": r, "cost_usd": 1.0, "resolved": True, "error_kind": None}
                   for r in range(1, 5)] for arm in ("auto", "candidate_auto")}
     _, line = sampling._look_arm(rows["auto"], rows["candidate_auto"], ["t"], "auto", "candidate_auto", 0.01, False,
-                                 plan(4))
-    shown = raw.to_dict(0.01)
-    assert f"{stats.improvement_text(shown)} cheaper, {stats.p_text(shown)}" in line, line
-    assert "32.2% cheaper, p=1.48e-24" in line  # not the raw 32.2501's "32.3%"
+                                 plan(4), None)
+    shown = raw.to_dict(0.04)
+    assert f"{stats.improvement_text(shown)} cheaper, e=" in line, line
+    assert "32.2% cheaper, e=" in line  # not the raw 32.2501's "32.3%"

@@ -73,7 +73,7 @@ def mcp_config(servers: tuple[McpServer, ...]) -> str:
 
 
 def argv(*, model: str, tools: tuple[str, ...], max_turns: int | None = None, effort: str | None = None,
-         mcp: tuple[McpServer, ...] = ()) -> list[str]:
+         mcp: tuple[McpServer, ...] = (), max_budget_usd: float | None = None) -> list[str]:
     allowed = (*tools, *(s.tools for s in mcp))  # `mcp__<server>` allows every tool of that server
     args = [
         CLI_DST, "-p",
@@ -92,4 +92,6 @@ def argv(*, model: str, tools: tuple[str, ...], max_turns: int | None = None, ef
         args += ["--max-turns", str(max_turns)]
     if effort:
         args += ["--effort", effort]
+    if max_budget_usd is not None:  # the CLI stops the session once its own cost estimate reaches it
+        args += ["--max-budget-usd", f"{max_budget_usd:.6f}"]
     return args

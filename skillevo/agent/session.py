@@ -51,6 +51,7 @@ class SessionSpec:
     tools: tuple[str, ...] = DEFAULT_TOOLS
     timeout_s: float = 1800.0
     max_turns: int | None = None
+    max_budget_usd: float | None = None  # what is left of the cell's per-run cost cap (docs/gate.md, the cap)
     max_retries: int = 2
     effort: str | None = None
     cancel: threading.Event | None = None
@@ -125,7 +126,7 @@ def run_session(spec: SessionSpec) -> dict[str, Any]:
         box = SandboxSpec(workspace=spec.workspace, private=private / "box", env=_env(spec), mounts=tuple(mounts),
                           relay_socket_dir=private / "relay", limits=spec.limits)
         argv = cli.argv(model=spec.model, tools=spec.tools, max_turns=spec.max_turns, effort=spec.effort,
-                        mcp=spec.mcp)
+                        mcp=spec.mcp, max_budget_usd=spec.max_budget_usd)
         cred = spec.credential  # sent by the relay in the header the CLI would use for its variable
         with sandbox.Relay(spec.endpoint, cred.secret if cred else None, private / "relay", timeout_s=spec.timeout_s,
                            auth_header=cred.header if cred else "x-api-key", headers=spec.headers) as relay:
@@ -191,6 +192,9 @@ def _outcome(spec: SessionSpec, record: dict[str, Any], finished: sandbox.Finish
         return _failure("evidence-unverified", f"could not store the transcript: {e}", record)
     record["skills_loaded"] = parsed.skills_loaded
     record["skill_invoked"] = arms.skill_invoked(spec.expected_skill, parsed.skills_loaded)
+    if parsed.result.get("subtype") == "error_max_budget_usd":
+        return _failure("cost-cap", f"the session reached the cell's cost cap (${spec.max_budget_usd} left of it) "
+                        "and the CLI stopped it", record)
     if finished.returncode != 0 or not parsed.succeeded:
         r = parsed.result
         text = str(r.get("result") or r.get("errors") or "")[:300]

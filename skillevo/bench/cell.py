@@ -67,6 +67,7 @@ class CellSpec:
     control_for: str | None = None  # a control cell: the overlay digest of the candidate side it runs beside
     moment: str | None = None  # the measuring moment (skillevo.bench.sideplan.SidePlan.moment)
     slot: int | None = None  # its place in the side's order
+    budget_usd: float | None = None  # the candidate side's per-run cost cap (skillevo.core.sampling.design)
 
     @property
     def name(self) -> str:
@@ -191,6 +192,10 @@ def _sessions(spec: CellSpec, ws: Path, row: dict, artifacts: dict, credential: 
                 if cancel is not None and cancel.is_set():
                     _fail(row, "cancelled", f"cancelled before session {i + 1}")
                     break
+                left = None if spec.budget_usd is None else spec.budget_usd - sum(c or 0.0 for c in costs)
+                if left is not None and left <= 0:
+                    _fail(row, "cost-cap", f"the run reached its cost cap ${spec.budget_usd} before session {i + 1}")
+                    break
                 started = time.monotonic()
                 endpoint = backends.session_endpoint(spec.model, _session_ref(spec, i + 1))
                 rec = run_session(SessionSpec(
@@ -199,7 +204,7 @@ def _sessions(spec: CellSpec, ws: Path, row: dict, artifacts: dict, credential: 
                     credential=credential, expected_skill=session.skill,
                     transcript_dir=Path(tdir), transcript_name=f"{spec.name}-s{i + 1}-{session.skill}",
                     timeout_s=spec.task.timeout_s, max_retries=spec.max_retries, effort=spec.model.effort,
-                    cancel=cancel, limits=spec.limits, after_agent=agent_ran))
+                    cancel=cancel, limits=spec.limits, after_agent=agent_ran, max_budget_usd=left))
                 row["phases"]["sessions_s"].append(round(time.monotonic() - started, 3))
                 agent_ran = agent_ran or rec["process_state"] != "spawn-failure"
                 costs.append(_add_session(row, artifacts, rec, Path(tdir)))
@@ -222,6 +227,9 @@ def _sessions(spec: CellSpec, ws: Path, row: dict, artifacts: dict, credential: 
         row["ok"] = row["error_kind"] is None
         ran = len(row["phases"]["sessions_s"])
         row["cost_usd"] = None if not costs or len(costs) < ran or None in costs else round(sum(costs), 6)
+        if spec.budget_usd is not None and row["cost_usd"] is not None and row["cost_usd"] >= spec.budget_usd:
+            _fail(row, "cost-cap", f"the run cost ${row['cost_usd']}, at or over its cap ${spec.budget_usd}")
+            row["ok"] = False
 
 
 def _checks(spec: CellSpec, ws: Path, private: Path, row: dict, cancel: threading.Event | None,

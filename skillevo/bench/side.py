@@ -259,7 +259,7 @@ def _run_looks(p: SidePlan, params: Params, cells: list[CellSpec], looks: tuple[
             return scheduled, None
         rows = [dict(r) for r in writer.rows]
         step = sampling.interim([r for r in rows if r["arm"] in controls], [r for r in rows if r["arm"] in pairs],
-                                pairs, look, params.sampling)
+                                pairs, look, params.sampling, p.designs)
         if not quiet:
             tqdm.write(f"bench: look {look} of {len(looks)} ({runs} runs per cell): {step.action}; "
                        + "; ".join(step.reasons), file=sys.stderr)
@@ -341,6 +341,7 @@ def run_side(p: SidePlan, params: Params, out: Path, *, executor: Executor | Non
             "limits": params.bench.limits.enforced(), "cells": scheduled, "rows": len(rows), "sequential": sequential,
             "simulator": noise.provenance() if noise else None, "replicate": params.sampling.replicate,
             "results_sha256": sha256_bytes(results), "mac": None,
+            "design": None if p.designs is None else {arm: d.to_dict() for arm, d in sorted(p.designs.items())},
             "cell_store": None if cells_store is None else {
                 "served": writer.served, "paid": len(rows) - writer.served, "stored": writer.stored,
                 "canaries": [k.to_dict(params.sampling.sequential.metric) for k in canaries]},

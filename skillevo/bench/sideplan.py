@@ -18,12 +18,13 @@ from skillevo.bench.cell import CellSpec
 from skillevo.core import arms as arms_mod
 from skillevo.core import comparators as comparators_mod
 from skillevo.core import controls as controls_mod
-from skillevo.core import frontmatter, layout, models, safefs
+from skillevo.core import frontmatter, layout, models, safefs, sampling
 from skillevo.core import modes as modes_mod
 from skillevo.core import tasks as tasks_mod
 from skillevo.core.config import BenchParams, Params
 from skillevo.core.errors import BadInput
-from skillevo.core.results import SIDES
+from skillevo.core.results import SIDES, load_side
+from skillevo.stats import betting
 
 MAX_OVERLAY_BYTES = 8 << 20
 
@@ -47,6 +48,9 @@ class SidePlan:
     # runs beside its candidate arms, in the same moment, interleaved (docs/gate.md, contemporaneous controls)
     replicate: int = 0
     comparators: dict[str, comparators_mod.SkillSet] = dataclass_field(default_factory=dict)  # by arm name
+    designs: dict[str, betting.Design] | None = None  # candidate side: per control arm, its caps and bets
+
+    metric: str = "cost_usd"  # what the caps bound (params sampling.sequential.metric)
 
     @property
     def moment(self) -> str:
@@ -57,9 +61,11 @@ class SidePlan:
 
 
 def plan(side: str, tasks_file: Path, skills_dir: Path, overlay_dir: Path | None, params: Params,
-         include_expensive: bool | None = None, *, modes: Path | None = None) -> SidePlan:
+         include_expensive: bool | None = None, *, modes: Path | None = None, incumbent: Path | None = None
+         ) -> SidePlan:
     """What the side will run, with every input read and checked (nothing is written); `modes` is the
-    family's modes manifest, which must match it (skillevo.core.modes)."""
+    family's modes manifest, which must match it (skillevo.core.modes); `incumbent`, the incumbent side's
+    directory, sizes the candidate side's cost caps and the test's bets (skillevo.core.sampling.design)."""
     if side not in SIDES:
         raise BadInput(f"--side must be one of {', '.join(SIDES)}")
     executables: set[str] = set()
@@ -100,9 +106,17 @@ def plan(side: str, tasks_file: Path, skills_dir: Path, overlay_dir: Path | None
         overlay_digest = layout.tree_digest(files, overlay_executables)
         controls = [params.arms[arm.incumbent] for arm in arm_list]
     runs = params.sampling.runs if side == "candidate" else params.sampling.incumbent_runs
+    designs = None
+    if incumbent is not None:
+        if side != "candidate":
+            raise BadInput("--incumbent sizes the candidate side; the incumbent side takes none (rule: design)")
+        measured = load_side(incumbent, "incumbent")
+        designs = sampling.designs(measured.rows, [t.id for t in chosen], [a.name for a in controls],
+                                   params.sampling, params.sampling.sequential.metric)
     return SidePlan(side, tasks_file, family, files, chosen, skipped, arm_list, runs,
                     layout.tree_digest(family, executables), overlay_digest, split, frozenset(executables),
-                    frozenset(overlay_executables), controls, params.sampling.replicate, sets)
+                    frozenset(overlay_executables), controls, params.sampling.replicate, sets, designs,
+                    params.sampling.sequential.metric)
 
 
 def _template(p: SidePlan, tree: Path, kind: str, dest: Path) -> str:
@@ -141,12 +155,14 @@ def build_cells(p: SidePlan, bench: BenchParams, mdl: models.Model, scratch: Pat
                 templates[kind] = (dest, _template(p, tree, kind, dest))
             template, base = templates[kind]
             control = p.overlay_digest if p.side == "candidate" and not cand else None
+            cap = None if p.designs is None else p.designs[arm.incumbent].tasks[task.id].cap
             for run in range(1, p.runs + 1):
                 cells[(task.id, arm.name, run)] = CellSpec(
                     task=task, arm=arm, run=run, side=p.side, template=template, base_commit=base,
                     skills_digest=p.skills_digest, overlay_digest=p.overlay_digest if cand else None, model=mdl,
                     scratch=scratch, churn_exclude=bench.churn_exclude, phase_timeout_s=bench.phase_timeout_s,
-                    max_retries=bench.max_retries, limits=bench.limits, control_for=control)
+                    max_retries=bench.max_retries, limits=bench.limits, control_for=control,
+                    budget_usd=cap if p.metric == "cost_usd" else None)
     order = list(cells) if p.side == "incumbent" else interleaved(p)
     return [replace(cells[key], moment=p.moment, slot=slot) for slot, key in enumerate(order)]
 

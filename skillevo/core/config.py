@@ -111,6 +111,14 @@ class SequentialParams:
 
 
 @dataclass(frozen=True)
+class CostCap:
+    """`sampling.cost_cap`: how each task's per-run cost cap is set from the incumbent side (core.sampling.design)."""
+    quantile: float
+    min_factor: float
+    max_factor: float
+
+
+@dataclass(frozen=True)
 class SamplingParams:
     runs: int  # the candidate side's runs per (task, arm), its controls' too
     incumbent_runs: int  # the incumbent side's
@@ -118,6 +126,8 @@ class SamplingParams:
     prior_cv: float
     power: float
     sequential: SequentialParams
+    plan_saving_pct: float  # the saving the bets are sized for (skillevo.stats.betting)
+    cost_cap: CostCap
 
 
 @dataclass(frozen=True)
@@ -256,7 +266,8 @@ def section(cls: type[T], name: str, values: Mapping[str, Any], source: str) -> 
 
 
 def _sampling(filled: Mapping[str, Any]) -> SamplingParams:
-    return _typed(SamplingParams, {**filled, "sequential": _typed(SequentialParams, filled["sequential"])})
+    return _typed(SamplingParams, {**filled, "sequential": _typed(SequentialParams, filled["sequential"]),
+                                   "cost_cap": _typed(CostCap, filled["cost_cap"])})
 
 
 RETIRED_GATE_KEYS = {  # keys an older skillevo read, refused with what replaced them

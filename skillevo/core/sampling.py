@@ -21,6 +21,7 @@ from skillevo import stats
 from skillevo.core.config import Policy, SamplingParams
 from skillevo.core.errors import BadInput
 from skillevo.core.results import is_excluded
+from skillevo.stats import betting
 
 PROMOTE, FUTILITY, CONTINUE = "stop-promote", "stop-futility", "continue"
 REASONS = {PROMOTE: "promote", FUTILITY: "futility", CONTINUE: "max"}  # interim's action -> bench.json reason
@@ -44,7 +45,8 @@ def looks(plan: SamplingParams) -> tuple[int, ...]:
 
 
 def interim(control_rows: Iterable[Mapping[str, Any]], candidate_rows: Iterable[Mapping[str, Any]],
-            pairs: Mapping[str, str], look: int, plan: SamplingParams) -> Interim:
+            pairs: Mapping[str, str], look: int, plan: SamplingParams,
+            designs: Mapping[str, betting.Design] | None = None) -> Interim:
     """Whether the candidate side stops after `look` (1-based, of `looks(plan)`), from every row so far.
 
     The bench calls it after each look with its controls' rows so far (the incumbent arms measured beside the
@@ -53,12 +55,13 @@ def interim(control_rows: Iterable[Mapping[str, Any]], candidate_rows: Iterable[
     continue, or stops and writes `record(plan, look, action)` as bench.json's `sequential`. At the last look
     the side stops whatever the action (continue is recorded as "max").
 
-    Per arm, on valid runs (skillevo.core.results.is_excluded), the gate's test of `sampling.sequential.metric` per
-    resolved task (skillevo.stats.per_resolved) at the look's O'Brien-Fleming-type level for
-    `sampling.sequential.alpha`:
-    - efficacy: the test rejects "not cheaper", the estimate reaches `min_improvement_pct`, the resolution
-      drop's upper bound at the same level is within `max_resolution_drop_pct`, and each arm has
-      `min_total_runs` valid runs (what the gate will ask, so an early stop is not wasted);
+    Per arm, the gate's test of `sampling.sequential.metric` per resolved task, by betting under the arm's design
+    (`designs`, from the incumbent side; skillevo.stats.betting), which holds `sampling.sequential.alpha` at every
+    look, and the bootstrap estimate (skillevo.stats.per_resolved) on valid runs (skillevo.core.results.is_excluded):
+    - efficacy: the wealth reached 1 / alpha, the estimate reaches `min_improvement_pct`, the bet against a
+      resolution drop of `max_resolution_drop_pct` or more reached 1 / alpha too (valid at every look, like the
+      cost test), and each arm has `min_total_runs` valid runs (what the gate will ask, so an early stop is not
+      wasted);
     - futility (before the last look): the p-value is above `futility_p_value`, or the estimate's one-sided
       upper bound at `futility_confidence` is below `futility_below_pct` (the candidate cannot plausibly save
       what the remaining runs are for), or a valid run has the metric unmeasured (the gate never promotes on
@@ -82,7 +85,8 @@ def interim(control_rows: Iterable[Mapping[str, Any]], candidate_rows: Iterable[
                        f"look {look}'s {runs} runs (rule: a look sees only its own runs)")
     level = stats.look_levels(planned, seq.alpha)[look - 1]
     tasks = sorted({row["task"] for row in candidate_rows})
-    verdicts = {arm: _look_arm(incumbent_rows, candidate_rows, tasks, incumbent, arm, level, last, plan)
+    verdicts = {arm: _look_arm(incumbent_rows, candidate_rows, tasks, incumbent, arm, level, last, plan,
+                               None if designs is None else designs[incumbent])
                 for arm, incumbent in sorted(pairs.items())}
     reasons = tuple(f"{arm}: {why}" for arm, (_, why) in verdicts.items())
     states = [state for state, _ in verdicts.values()]
@@ -104,9 +108,10 @@ def record(plan: SamplingParams, look: int, action: str) -> dict[str, Any]:
 
 
 def _look_arm(incumbent_rows: list[Mapping[str, Any]], candidate_rows: list[Mapping[str, Any]], tasks: list[str],
-              incumbent: str, candidate: str, level: float, last: bool, plan: SamplingParams) -> tuple[str, str]:
+              incumbent: str, candidate: str, level: float, last: bool, plan: SamplingParams,
+              design: betting.Design | None) -> tuple[str, str]:
     seq = plan.sequential
-    strata, counts = [], []
+    strata, counts, blocks = [], [], []
     for task in tasks:
         cells = [[row for row in rows if row["task"] == task and row["arm"] == arm and not is_excluded(row)]
                  for rows, arm in ((incumbent_rows, incumbent), (candidate_rows, candidate))]
@@ -118,16 +123,24 @@ def _look_arm(incumbent_rows: list[Mapping[str, Any]], candidate_rows: list[Mapp
                                                        "gate never promotes on it")
         strata.append((runs[0], runs[1]))
         counts.append(tuple((sum(1 for row in cell if row["resolved"]), len(cell)) for cell in cells))
-    estimate = stats.per_resolved(strata, level)
+        blocks.append(_by_run([row for row in incumbent_rows if row["task"] == task and row["arm"] == incumbent],
+                              [row for row in candidate_rows if row["task"] == task and row["arm"] == candidate],
+                              seq.metric))
+    estimate = stats.per_resolved(strata, seq.alpha)
     if estimate is None:
         return CONTINUE, f"{seq.metric} per resolved task is not defined yet (an arm resolved or spent nothing)"
     quality = stats.quality(counts, level)
     total = min(sum(inc[1] for inc, _ in counts), sum(cand[1] for _, cand in counts))
-    shown = estimate.to_dict(level)  # printed as the gate prints it (stats.improvement_text, p_text)
-    found = (f"{seq.metric} per resolved task {stats.improvement_text(shown)} cheaper, {stats.p_text(shown)} "
-             f"against the look's level {level:.3g}; resolution drop bound {quality.drop_upper_pct:.1f} points")
-    if (estimate.p_value <= level and estimate.improvement_pct >= seq.min_improvement_pct
-            and quality.drop_upper_pct <= seq.max_resolution_drop_pct and total >= seq.min_total_runs):
+    shown = estimate.to_dict(seq.alpha)  # printed as the gate prints it (stats.improvement_text)
+    design = design or betting.own_design(dict(zip(tasks, strata, strict=True)))
+    rounds = [list(r) for r in zip(*blocks, strict=True)]
+    wealth = betting.wealth(rounds, design)
+    drop = betting.drop_wealth(rounds, seq.max_resolution_drop_pct / 100, design)
+    found = (f"{seq.metric} per resolved task {stats.improvement_text(shown)} cheaper, e={wealth.e_value():.4g} "
+             f"of {1 / seq.alpha:.4g} needed; against a resolution drop of {seq.max_resolution_drop_pct:g} points "
+             f"e={drop.e_value():.4g} (bound {quality.drop_upper_pct:.1f} points)")
+    if (wealth.rejects(seq.alpha) and estimate.improvement_pct >= seq.min_improvement_pct
+            and drop.rejects(seq.alpha) and total >= seq.min_total_runs):
         return PROMOTE, f"efficacious ({found})"
     if not last and estimate.p_value > seq.futility_p_value:
         return FUTILITY, f"futile ({found}; above futility_p_value {seq.futility_p_value:g})"
@@ -140,6 +153,51 @@ def _look_arm(incumbent_rows: list[Mapping[str, Any]], candidate_rows: list[Mapp
     return CONTINUE, f"undecided ({found})"
 
 
+def design(rows: Iterable[Mapping[str, Any]], gate_tasks: Iterable[str], arm: str, plan: SamplingParams,
+           metric: str) -> betting.Design:
+    """What the candidate side's test is sized from and capped at, for one control arm, from the incumbent side
+    alone (before any candidate run): per gate task its mean, resolution and variance, and the per-run cap the
+    harness enforces (docs/gate.md, the cap). The bench, the preflight and the gate all call this, so the gate can
+    refuse a candidate side that ran under another design."""
+    gate_tasks = sorted(set(gate_tasks))
+    mine = [row for row in rows if row["arm"] == arm and row["task"] in gate_tasks and not is_excluded(row)
+            and row[metric] is not None]
+    observed = spread(mine, metric)
+    cv = observed[0] if observed and observed[0] > 0 else plan.prior_cv
+    sigma = math.sqrt(math.log1p(cv * cv))
+    from scipy import stats as sps  # noqa: PLC0415 - slow to import; the bench's first look needs it anyway
+    quantile = math.exp(float(sps.norm.ppf(plan.cost_cap.quantile)) * sigma - sigma * sigma / 2)
+    factor = min(max(quantile, plan.cost_cap.min_factor), plan.cost_cap.max_factor)
+    tasks = {}
+    for task in gate_tasks:
+        values = [(float(row[metric]), bool(row["resolved"])) for row in mine if row["task"] == task]
+        mean = sum(v for v, _ in values) / len(values) if values else 0.0
+        if mean <= 0:
+            raise BadInput(f"the incumbent side has no valid run of {arm} on gate task {task} with {metric} above "
+                           "zero: the candidate side's cost cap and its test cannot be sized (rule: design)")
+        tasks[task] = betting.TaskDesign(mean, sum(r for _, r in values) / len(values), (cv * mean) ** 2,
+                                         round(mean * factor, 6))
+    return betting.Design(tasks, plan.plan_saving_pct / 100)
+
+
+def designs(rows: Iterable[Mapping[str, Any]], gate_tasks: Iterable[str], arms: Iterable[str], plan: SamplingParams,
+            metric: str) -> dict[str, betting.Design]:
+    """`design` for each control arm."""
+    rows, gate_tasks = list(rows), list(gate_tasks)
+    return {arm: design(rows, gate_tasks, arm, plan, metric) for arm in sorted(set(arms))}
+
+
+def _by_run(control: list[Mapping[str, Any]], candidate: list[Mapping[str, Any]], metric: str
+            ) -> list[tuple[betting.Run, betting.Run]]:
+    """One task's blocks in run order, as the gate pairs them (skillevo.gate.rounds): a run lost to a harness
+    fault, or not run yet, is (None, False), its worst."""
+    def runs(rows: list[Mapping[str, Any]]) -> dict[int, betting.Run]:
+        return {row["run"]: (row[metric], bool(row["resolved"])) for row in rows if not is_excluded(row)}
+    mine, theirs = runs(control), runs(candidate)
+    last = max((row["run"] for row in (*control, *candidate)), default=0)
+    return [(mine.get(r, (None, False)), theirs.get(r, (None, False))) for r in range(1, last + 1)]
+
+
 @dataclass(frozen=True)
 class Preflight:
     tasks: int
@@ -149,11 +207,12 @@ class Preflight:
     detectable_pct: float | None  # the saving per resolved task found with `power` at the cost test's level
     runs_needed: dict[str, int | None]  # per (task, arm), for each thing a promotion needs
     warnings: tuple[str, ...]
+    planned: dict[str, float] | None = None  # the test by betting at the planned saving, by simulation
 
     def to_dict(self) -> dict[str, Any]:
         return {"tasks": self.tasks, "runs": self.runs, "cv": round(self.cv, 6), "spread_from": self.spread_from,
                 "detectable_improvement_pct": None if self.detectable_pct is None else round(self.detectable_pct, 2),
-                "runs_needed": dict(self.runs_needed), "warnings": list(self.warnings)}
+                "runs_needed": dict(self.runs_needed), "warnings": list(self.warnings), "planned": self.planned}
 
 
 def spread(rows: Iterable[Mapping[str, Any]], metric: str) -> tuple[float, int] | None:
@@ -214,7 +273,26 @@ def preflight(rows: Iterable[Mapping[str, Any]], gate_tasks: Iterable[str], samp
                         f"runs can detect ({detectable:.1f}% at power {sampling.power:g}): a real saving between the "
                         f"two will usually be kept out; {needed['min_improvement']} runs per task would find it")
     warnings += sequential_warnings(sampling, policy)
-    return Preflight(len(gate_tasks), sampling.runs, cv, source, detectable, needed, tuple(warnings))
+    return Preflight(len(gate_tasks), sampling.runs, cv, source, detectable, needed, tuple(warnings),
+                     planned_power(rows, gate_tasks, sampling, policy))
+
+
+def planned_power(rows: list[Mapping[str, Any]], gate_tasks: list[str], plan: SamplingParams, policy: Policy
+                  ) -> dict[str, float] | None:
+    """The test by betting's power for sampling.plan_saving_pct within sampling.runs, at the incumbent side's
+    measured resolution and spread (its worst arm: apply needs every arm), and the mean runs a task it spends;
+    None when no arm can be designed (skillevo.stats.power.betting_power)."""
+    found = []
+    for arm in sorted({row["arm"] for row in rows}):
+        try:
+            design_ = design(rows, gate_tasks, arm, plan, policy.metric)
+        except BadInput:
+            continue
+        found.append(stats.betting_power(design_, plan.runs, policy.alpha, plan.plan_saving_pct / 100))
+    if not found:
+        return None
+    power, runs = min(found)
+    return {"saving_pct": plan.plan_saving_pct, "power": round(power, 3), "mean_runs": round(runs, 1)}
 
 
 def unpromotable(gate_tasks: int, sampling: SamplingParams, policy: Policy) -> list[str]:

@@ -21,7 +21,7 @@ from skillevo import stats
 from skillevo.core.config import Policy
 from skillevo.core.layout import incumbent_arm_of
 from skillevo.core.models import is_floating
-from skillevo.gate import looks, seed_rule, stratified
+from skillevo.gate import looks, rounds, seed_rule, stratified
 from skillevo.gate.verdict import (
     INSUFFICIENT_EVIDENCE,
     KEEP_INCUMBENT,
@@ -29,6 +29,7 @@ from skillevo.gate.verdict import (
     Pair,
     improvement_pct,
 )
+from skillevo.stats import betting
 
 __all__ = ["INSUFFICIENT_EVIDENCE", "KEEP_INCUMBENT", "PROMOTE", "decide", "decide_arm", "improvement_pct",
            "metric_warning"]
@@ -48,22 +49,26 @@ def metric_warning(policy: Policy) -> str | None:
 
 def decide(
     aggregates: Aggregates, policy: Policy, *, benchmark_model: str, candidate_arms: Sequence[str],
-    sequential: Mapping[str, Any] | None = None,
+    sequential: Mapping[str, Any] | None = None, designs: Mapping[str, betting.Design] | None = None,
 ) -> list[dict[str, Any]]:
-    """One decision per candidate arm, each against its paired incumbent arm, in the given arm order."""
+    """One decision per candidate arm, each against its paired incumbent arm, in the given arm order; `designs`
+    maps each control arm to the design its candidate side ran under (skillevo.core.sampling.design)."""
     return [
         decide_arm(aggregates, policy, benchmark_model=benchmark_model, incumbent_arm=incumbent_arm_of(arm),
-                   candidate_arm=arm, sequential=sequential)
+                   candidate_arm=arm, sequential=sequential,
+                   design=None if designs is None else designs[incumbent_arm_of(arm)])
         for arm in candidate_arms
     ]
 
 
 def decide_arm(
     aggregates: Aggregates, policy: Policy, *, benchmark_model: str, incumbent_arm: str, candidate_arm: str,
-    sequential: Mapping[str, Any] | None = None,
+    sequential: Mapping[str, Any] | None = None, design: betting.Design | None = None,
 ) -> dict[str, Any]:
     """The decision object for one candidate arm; `aggregates` maps (task, arm) to an aggregate, `sequential`
-    is the candidate side's look record (skillevo.core.results.sequential_record) or None for a fixed bench."""
+    is the candidate side's look record (skillevo.core.results.sequential_record) or None for a fixed bench, and
+    `design` what the per_resolved test bets and caps by (None: sized from the controls' own runs, which only a
+    caller without an incumbent side does; the gate stage always passes the incumbent side's)."""
     reasons: list[str] = []
     if is_floating(benchmark_model):
         reasons.append(f"benchmark model {benchmark_model!r} is not a pinned model id (empty, or a floating alias); "
@@ -87,12 +92,14 @@ def decide_arm(
                           for s in agg["samples"])
     protocol = estimate if everyone_loaded else _estimate(pairs, policy.metric, level.cost, estimand,
                                                           skill_loaded=True)
-    bound = None
+    bound, found = None, None
+    if policy.policy == "per_resolved" and pairs and estimate is not None:
+        found = rounds.wealth(pairs, policy.metric, design, policy.max_resolution_drop_pct / 100)
     if policy.policy == "seed":
         verdict = seed_rule.judge(pairs, policy)
     else:
-        verdict = stratified.judge(pairs, policy, estimate, quality, level)
-        if verdict.decision == PROMOTE and policy.policy == "per_resolved":
+        verdict = stratified.judge(pairs, policy, estimate, quality, level, found and found[0], found and found[1])
+        if verdict.decision == PROMOTE and policy.policy == "geometric":
             verdict, bound = _survives_exclusions(pairs, policy, level, verdict)
     decision = INSUFFICIENT_EVIDENCE if reasons else verdict.decision
     excluded = sum(agg["excluded_runs"] for pair in pairs for agg in (pair.incumbent, pair.candidate))
@@ -113,6 +120,7 @@ def decide_arm(
         "metric_warning": metric_warning(policy),
         "reasons": reasons + verdict.reasons + notes,
         "estimate": estimate.to_dict(level.cost) if estimate else None,
+        "test": None if found is None else rounds.describe(*found, level.cost),
         "exclusion_bound": bound,
         "quality": quality.to_dict() if quality else None,
         "per_protocol": protocol.to_dict(level.cost) if protocol else None,

@@ -6,13 +6,14 @@ apply trusts arithmetic it can redo rather than a verdict someone could have edi
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from skillevo.core import controls, documents, safefs
-from skillevo.core.config import Policy
+from skillevo.core import controls, documents, safefs, sampling
+from skillevo.core.config import Policy, SamplingParams, section
 from skillevo.core.errors import BadInput
 from skillevo.core.layout import incumbent_arm_of
 from skillevo.core.results import (
@@ -29,6 +30,7 @@ from skillevo.core.schemas import first_error, schema_validator, validate
 from skillevo.gate import looks
 from skillevo.gate.policy import decide, decide_arm
 from skillevo.gate.verdict import PROMOTE
+from skillevo.stats import betting
 
 SCHEMA_VERSION = 1
 BINDING_KEYS = (
@@ -44,6 +46,7 @@ BINDING_KEYS = (
     "policy",
     "backend",
     "sequential",
+    "design",
 )
 CLOCK_SKEW = timedelta(minutes=5)
 
@@ -81,13 +84,16 @@ def pipeline_bindings(freeze: Mapping[str, Any], bench: Mapping[str, Any], polic
         "policy": policy.to_dict(),
         "backend": bench["model"],
         "sequential": looks.binding(policy, bench.get("sequential")),
+        "design": bench.get("design"),
     }
 
 
 def build_promotion(
-    incumbent: Side, candidate: Side, freeze: Mapping[str, Any], policy: Policy, *, now: datetime
+    incumbent: Side, candidate: Side, freeze: Mapping[str, Any], policy: Policy, *, now: datetime,
+    plan: SamplingParams | None = None,
 ) -> dict[str, Any]:
-    """Decide every required candidate arm and bind the result; refuse sides that were not benchmarked alike."""
+    """Decide every required candidate arm and bind the result; refuse sides that were not benchmarked alike.
+    `plan` is params `sampling` (the design's caps and bets; schema defaults when None)."""
     _require_aware(now, "now")
     gate_tasks = candidate.bench["task_split"]["gate"]
     judged = [b for b in incumbent.bench["task_bindings"] if b["id"] in gate_tasks]
@@ -125,6 +131,7 @@ def build_promotion(
                        "controls; stored incumbent runs are never the control alone (rule: contemporaneous controls)")
     check_blocks(candidate)
     controls.check(candidate.bench, candidate.rows, candidate.digests["results_sha256"], str(candidate.directory))
+    designs = _check_design(incumbent, candidate, policy, plan or section(SamplingParams, "sampling", {}, "defaults"))
     candidate_arms = {arm["name"] for arm in candidate.bench["arms"]}
 
     bindings = pipeline_bindings(freeze, candidate.bench, policy)
@@ -138,6 +145,7 @@ def build_promotion(
         benchmark_model=bindings["benchmark_model"],
         candidate_arms=bindings["required_candidate_arms"],
         sequential=None if record is None else record.to_dict(),
+        designs=designs,
     )
     generated = now.astimezone(UTC).replace(microsecond=0)
     promotion = {
@@ -152,6 +160,31 @@ def build_promotion(
     if error:
         raise BadInput(f"the promotion these inputs make does not match its schema: {error}")
     return promotion
+
+
+def _check_design(incumbent: Side, candidate: Side, policy: Policy, plan: SamplingParams
+                  ) -> dict[str, betting.Design] | None:
+    """The design the candidate side ran under (its cost caps and the test's bets) must be the one the incumbent
+    side gives (skillevo.core.sampling.design, drawn again here): a side run with looser caps, or bets sized by
+    someone else, is refused. The geometric and seed policies bet nothing and need none."""
+    recorded = candidate.bench.get("design")
+    if policy.policy != "per_resolved":
+        return None
+    where = candidate.directory / "bench.json"
+    if recorded is None:
+        raise BadInput(f"{where}: $.design: the candidate side ran without a design (no --incumbent): no cost cap "
+                       "bounded its runs, and the test has no bets fixed before its data (rule: design)")
+    controls_ = sorted({arm["incumbent_arm"] for arm in candidate.bench["arms"]})
+    try:
+        expected = sampling.designs(incumbent.rows, candidate.bench["task_split"]["gate"], controls_,
+                                    plan, policy.metric)
+    except BadInput as e:
+        raise BadInput(f"{incumbent.directory}: {e}") from None
+    found = {arm: d.to_dict() for arm, d in expected.items()}
+    if json.loads(json.dumps(found)) != recorded:
+        raise BadInput(f"{where}: $.design: is not what the incumbent side {incumbent.directory} gives (caps and "
+                       f"bets sized from other runs or other params) (rule: design)")
+    return {arm: betting.Design.from_dict(d) for arm, d in recorded.items()}
 
 
 def expiry(candidate: Side, policy: Policy) -> datetime:
@@ -187,6 +220,8 @@ def recompute_decisions(promotion: Mapping[str, Any]) -> list[dict[str, Any]]:
                 incumbent_arm=stored["incumbent_arm"],
                 candidate_arm=stored["candidate_arm"],
                 sequential=promotion["sequential"],
+                design=None if promotion["design"] is None else betting.Design.from_dict(
+                    promotion["design"][stored["incumbent_arm"]]),
             )
         )
     return recomputed
@@ -233,7 +268,7 @@ def _check_decisions(promotion: Mapping[str, Any]) -> None:
             f"decisions: cover arms {arms}, not exactly required_candidate_arms {promotion['required_candidate_arms']}"
         )
     task_ids = sorted(binding["id"] for binding in promotion["task_bindings"])
-    for i, (stored, recomputed) in enumerate(zip(decisions, recompute_decisions(promotion), strict=True)):
+    for i, stored in enumerate(decisions):
         where = f"decisions[{i}]"
         if stored["incumbent_arm"] != incumbent_arm_of(stored["candidate_arm"]):
             raise PromotionRefused(f"{where}.incumbent_arm: {stored['incumbent_arm']!r} is not the paired arm")
@@ -245,6 +280,7 @@ def _check_decisions(promotion: Mapping[str, Any]) -> None:
             for side in ("incumbent", "candidate"):
                 _check_aggregate(row[side], f"{where}.tasks[{j}].{side}")
         _check_look(promotion["sequential"], stored, where)
+        recomputed = recompute_decisions({**promotion, "decisions": [stored]})[0]
         difference = first_difference(stored, recomputed, where)
         if difference:
             raise PromotionRefused(f"{difference}: the stored decision does not follow from its embedded aggregates")

@@ -7,10 +7,10 @@ the candidate's metric per resolved task over the gate's tasks, what a team pays
 ratio per run, kept for comparison). That is the only claim a promotion makes (CLAIMS): resolution guards it,
 never promotes on its own. Apply needs every required arm, so over arms this is an
 intersection-union test and needs no correction. Quality comes first: a significant drop in resolution, or one
-that the runs cannot bound within the stated margin, never promotes. Too few runs for the test to be trusted
-(gate.min_total_runs: heavy tails would go unseen) is insufficient evidence, never a promotion, and never a keep
-unless resolution fell significantly. A candidate side
-stopped at one of its planned looks is judged by the same rule at that look's levels (skillevo/gate/looks.py).
+that the bet against a drop of the stated margin cannot rule out, never promotes. Too few runs for the estimate a
+claim quotes (gate.min_total_runs) is insufficient evidence, never a promotion, and never a keep unless resolution
+fell significantly. A candidate side stopped at one of its planned looks is judged by the same rule: the tests by
+betting hold alpha at every look (skillevo/gate/looks.py).
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ from skillevo.gate.verdict import (
     Pair,
     Verdict,
 )
+from skillevo.stats import betting
 
 __all__ = ["CLAIMS", "Verdict", "claim", "judge"]
 
@@ -46,9 +47,11 @@ def claim(policy: Policy) -> str:
 
 
 def judge(pairs: Sequence[Pair], policy: Policy, estimate: stats.Estimate | None, quality: stats.Quality | None,
-          levels: Levels) -> Verdict:
-    """`levels` are the fixed design's (alpha's shares) or, for a sequential candidate side, its stopped look's
-    (skillevo/gate/looks.py); `estimate` and `quality` were computed at them."""
+          levels: Levels, wealth: betting.Wealth | None = None, drop: betting.Wealth | None = None) -> Verdict:
+    """`levels` are the fixed design's or, for a sequential candidate side, its stopped look's
+    (skillevo/gate/looks.py); `estimate` and `quality` were computed at them. per_resolved decides on `wealth`,
+    the test by betting (skillevo.stats.betting), and bounds the resolution drop by `drop`, the bet against a drop
+    of max_resolution_drop_pct or more; the estimate and the MOVER bound only say how much."""
     metric = policy.metric
     reasons = _missing_data(pairs, policy)
     if reasons or quality is None:
@@ -64,10 +67,17 @@ def judge(pairs: Sequence[Pair], policy: Policy, estimate: stats.Estimate | None
         return Verdict(KEEP_INCUMBENT, [f"resolution fell ({shares}): the stratified test for a decrease gives "
                                         f"p={q.decrease_p_value:.3g}, at or below quality_alpha "
                                         f"{policy.quality_alpha:g}"])
-    short = _too_few_for_tails(pairs, policy)
+    short = _too_few_for_the_estimate(pairs, policy)
     if short:  # only a significant drop in resolution may answer on fewer runs: it keeps, never promotes
         return Verdict(INSUFFICIENT_EVIDENCE, [short])
-    if q.drop_upper_pct > policy.max_resolution_drop_pct:
+    if drop is not None and not drop.rejects(levels.cost):
+        bound = (f"a resolution drop of {policy.max_resolution_drop_pct:g} points or more cannot be ruled out: the bet "
+                 f"against it reached e={drop.e_value():.4g}, {1 / levels.cost:.4g} needed ({shares}; bound "
+                 f"{q.drop_upper_pct:.1f} points)")
+        if q.drop_pct > 0:
+            return Verdict(KEEP_INCUMBENT, [f"resolution fell by {q.drop_pct:.1f} points and {bound}"])
+        return Verdict(INSUFFICIENT_EVIDENCE, [f"{bound}: more runs per task are needed"])
+    if drop is None and q.drop_upper_pct > policy.max_resolution_drop_pct:
         bound = (f"a resolution drop of up to {q.drop_upper_pct:.1f} points cannot be ruled out at "
                  f"{100 * (1 - levels.drop):.6g}% confidence ({shares}; at most {policy.max_resolution_drop_pct:g} "
                  "allowed)")
@@ -97,9 +107,17 @@ def judge(pairs: Sequence[Pair], policy: Policy, estimate: stats.Estimate | None
     found = (f"{metric} {what}: estimated improvement {stats.improvement_text(shown)} ({100 * (1 - 2 * level):.4g}% "
              f"interval {stats.bound_text(low)} to {stats.bound_text(high)}), one-sided {stats.p_text(shown)} "
              f"against 'not cheaper' at level {level:.3g}")
-    if estimate.p_value <= level and estimate.improvement_pct >= policy.min_improvement_pct:
+    if wealth is not None:
+        found = (f"{metric} {what}: estimated improvement {stats.improvement_text(shown)} "
+                 f"({100 * (1 - 2 * level):.4g}% interval {stats.bound_text(low)} to {stats.bound_text(high)}); the "
+                 f"test by betting reached e={wealth.e_value():.4g} over {len(wealth.log_wealth)} round(s) against "
+                 f"'not cheaper', {1 / level:.4g} needed (level {level:.3g})")
+        significant = wealth.rejects(level)
+    else:
+        significant = estimate.p_value <= level
+    if significant and estimate.improvement_pct >= policy.min_improvement_pct:
         return Verdict(PROMOTE, [f"{found}; at least {policy.min_improvement_pct:g}% required"])
-    if estimate.p_value > level:
+    if not significant:
         why = "not significant"
     else:
         why = f"significant, but below the required {policy.min_improvement_pct:g}%"
@@ -126,9 +144,9 @@ def _missing_data(pairs: Sequence[Pair], policy: Policy) -> list[str]:
     return reasons
 
 
-def _too_few_for_tails(pairs: Sequence[Pair], policy: Policy) -> str | None:
-    """Each arm needs min_total_runs valid runs over the gate's tasks before anything promotes (per_resolved): with
-    fewer, a costly behaviour in a few percent of runs often goes unseen (docs/gate.md)."""
+def _too_few_for_the_estimate(pairs: Sequence[Pair], policy: Policy) -> str | None:
+    """Each arm needs min_total_runs valid runs over the gate's tasks before anything promotes (per_resolved): the
+    test by betting holds its level at any number, but the estimate a claim quotes needs some runs behind it."""
     if policy.policy != "per_resolved" or not pairs:
         return None
     totals = [sum(p.incumbent["valid_runs"] for p in pairs), sum(p.candidate["valid_runs"] for p in pairs)]
@@ -136,5 +154,5 @@ def _too_few_for_tails(pairs: Sequence[Pair], policy: Policy) -> str | None:
         return None
     per_task = -(-policy.min_total_runs // len(pairs))
     return (f"{min(totals)} valid runs in an arm over the {len(pairs)} gate task(s) (incumbent {totals[0]}, candidate "
-            f"{totals[1]}): the cost test needs at least {policy.min_total_runs} (gate.min_total_runs) before a costly "
-            f"behaviour in a few percent of runs is reliably seen; run at least {per_task} per task (sampling.runs)")
+            f"{totals[1]}): a promotion's estimate is stated on at least {policy.min_total_runs} (gate.min_total_runs); "
+            f"run at least {per_task} per task (sampling.runs)")

@@ -29,6 +29,10 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--tasks", type=Path, default=layout.TASKS_FILE, help="tasks file [%(default)s]")
     stage.family_options(p, mirrors=False)
     p.add_argument("--overlay", type=Path, default=None, help="frozen overlay directory, candidate side only")
+    p.add_argument("--incumbent", type=Path, default=None,
+                   help="candidate side: the incumbent side's directory, which each task's cost cap and the test's "
+                        "bets are sized from (dvc.yaml: results/bench-incumbent) [none: no cap, and the gate refuses "
+                        "the side]")
     p.add_argument("--params", type=Path, default=layout.PARAMS, help="[%(default)s]")
     p.add_argument("--modes", type=Path, default=layout.MODES,
                    help="the family's recorded execute bits, which must match it (`make modes`) [%(default)s]")
@@ -45,7 +49,7 @@ def run(args: argparse.Namespace) -> str:
     params = stage.load_params("bench", args)
     out = args.out or layout.BENCH[args.side]
     side_plan = plan(args.side, args.tasks, stage.skills_dir(args, params), args.overlay, params,
-                     args.include_expensive, modes=args.modes)
+                     args.include_expensive, modes=args.modes, incumbent=args.incumbent)
     rows = run_side(side_plan, params, out, store=args.store)
     return (f"bench {args.side}: {len(rows)} cells, {sum(r['resolved'] for r in rows)} resolved; "
             f"report: {out / 'report.md'}")

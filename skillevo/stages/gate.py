@@ -34,10 +34,11 @@ def parser() -> argparse.ArgumentParser:
 
 
 def run(args: argparse.Namespace) -> str:
-    policy = stage.load_params("gate", args).gate
+    params = stage.load_params("gate", args)
+    policy = params.gate
     incumbent, candidate = load_side(args.incumbent, "incumbent"), load_side(args.candidate, "candidate")
     manifest = load_freeze(args.freeze)
-    promotion = build_promotion(incumbent, candidate, manifest, policy, now=datetime.now(UTC))
+    promotion = build_promotion(incumbent, candidate, manifest, policy, now=datetime.now(UTC), plan=params.sampling)
     stage.warn("gate", [f"metric {policy.metric}: {w}" for w in [metric_warning(policy)] if w])
     write_promotion(promotion, args.out / "promotion.json")
     return "\n".join(write_outputs(args.out, promotion, incumbent, candidate, manifest))

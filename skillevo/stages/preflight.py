@@ -43,7 +43,12 @@ def run(args: argparse.Namespace) -> str:
             f"(CV {result.cv:.3f} from the {result.spread_from}); runs needed per (task, arm): "
             f"{needed['min_total_runs']} for gate.min_total_runs, {needed['resolution_bound']} to bound a resolution "
             f"drop within {params.gate.max_resolution_drop_pct:g} points, {needed['min_improvement']} to find a "
-            f"{params.gate.min_improvement_pct:g}% saving, {needed['saving_20pct']} to find a 20% saving")
+            f"{params.gate.min_improvement_pct:g}% saving, {needed['saving_20pct']} to find a 20% saving"
+            + ("" if result.planned is None else
+               f"; the test by betting finds a {result.planned['saving_pct']:g}% saving with power "
+               f"{result.planned['power']:.2f} within {result.runs} runs a task (mean "
+               f"{result.planned['mean_runs']:.1f} runs a task, futility stops aside; by simulation at the "
+               "incumbent's resolution and spread)"))
 
 
 def main(argv: list[str] | None = None) -> int:
