@@ -154,5 +154,5 @@ def _too_few_for_the_estimate(pairs: Sequence[Pair], policy: Policy) -> str | No
         return None
     per_task = -(-policy.min_total_runs // len(pairs))
     return (f"{min(totals)} valid runs in an arm over the {len(pairs)} gate task(s) (incumbent {totals[0]}, candidate "
-            f"{totals[1]}): a promotion's estimate is stated on at least {policy.min_total_runs} (gate.min_total_runs); "
-            f"run at least {per_task} per task (sampling.runs)")
+            f"{totals[1]}): a promotion's estimate is stated on at least {policy.min_total_runs} "
+            f"(gate.min_total_runs); run at least {per_task} per task (sampling.runs)")
