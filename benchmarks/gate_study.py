@@ -25,6 +25,7 @@ alpha + 3 standard errors.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import math
 import sys
 from collections.abc import Callable, Iterable
@@ -47,6 +48,7 @@ from benchmarks.gate_model import (
 )
 from benchmarks.gate_study_report import Study, write
 from skillevo.core import config
+from skillevo.core.config import SamplingParams
 
 PARTS = ("claims", "grid", "robust", "power", "sequential", "evolve")
 # the cases issue 29 names, each at the configuration it names: (cell, how it is run)
@@ -89,17 +91,22 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         parser.error(f"unknown parts {unknown}; known: {', '.join(PARTS)}")
     params = config.load(args.params)
-    policy = {**params.gate.to_dict(), "policy": "per_resolved"}
+    # the test by betting at its schedule (docs/gate.md): what every part measures first; the bootstrap-t test
+    # (gate.test: bootstrap) beside it in the claims, the geometric test beside it in the grid
+    policy = {**params.gate.to_dict(), "policy": "per_resolved", "test": "betting", "min_total_runs": 12}
+    bootstrap = {**params.gate.to_dict(), "policy": "per_resolved", "test": "bootstrap"}
     geometric = {**params.gate.to_dict(), "policy": "geometric"}
+    params = dataclasses.replace(params, sampling=betting_schedule(params.sampling))
     if args.reduced:
         args.runs, parts = "10,20", [p for p in parts if p in ("claims", "grid", "power", "sequential")]
-    study = Study(args.decisions, params.gate, params.sampling, [int(r) for r in args.runs.split(",")])
+    study = Study(args.decisions, config.Policy.from_dict(policy), params.sampling,
+                  [int(r) for r in args.runs.split(",")])
     pool = ProcessPoolExecutor(args.workers)
     plan = params.sampling
     try:
         if "claims" in parts:
             headline = Cell("20% cheaper", "interleaved", plan.runs, p=0.85)  # the issue's real case
-            jobs = [(c, args.decisions, (policy,), plan) for c, how in CLAIMS if how == "fixed"]
+            jobs = [(c, args.decisions, (policy, bootstrap), plan) for c, how in CLAIMS if how == "fixed"]
             study.claims = _map(pool, simulate, jobs, "claims")
             sequential = [(c, args.decisions, policy, plan) for c in (headline, Cell("boundary", "interleaved",
                                                                                     plan.runs, p=0.85))]
@@ -140,6 +147,13 @@ def main(argv: list[str] | None = None) -> int:
               f"({figures['worst']})", file=sys.stderr)
         return 1
     return 0
+
+
+def betting_schedule(plan: SamplingParams) -> SamplingParams:
+    """The schedule the test by betting runs at (docs/gate.md): looks of 6, 8, ... up to 48 runs a task, futility at
+    a p-value over 0.9, 12 runs an arm before the estimate is stated."""
+    return dataclasses.replace(plan, runs=48, sequential=dataclasses.replace(
+        plan.sequential, enabled=True, first=6, batch=2, futility_p_value=0.9, min_total_runs=12))
 
 
 def _map(pool: ProcessPoolExecutor, fn: Callable[[Any], tuple[Any, Any]], jobs: Iterable[Any], what: str

@@ -38,7 +38,7 @@ LATER = NOW + timedelta(days=1)
 # Three tasks of eight runs: the bound on a resolution drop needs a margin this wide, and fewer runs than the
 # heavy-tail minimum (both tested in tests/test_gate_stratified.py); a halved cost reaches the test by betting's
 # 1 / alpha in some seven rounds (skillevo/stats/betting.py).
-DEFAULT = Policy.from_dict({"max_resolution_drop_pct": 50, "min_total_runs": 1})
+DEFAULT = Policy.from_dict({"max_resolution_drop_pct": 50, "min_total_runs": 1, "test": "betting"})
 
 
 def promoting_rows():

@@ -25,7 +25,7 @@ from tests.gate_rows import CANDIDATE, INCUMBENT, bench, controls, freeze, runs,
 NOW = datetime(2025, 3, 1, 12, 0, tzinfo=UTC)
 MODEL = "skillevo-sim-1"
 # few runs: let the cost test decide; alpha 0.04, the level these cases were built at
-WIDE = Policy.from_dict({"max_resolution_drop_pct": 90, "min_total_runs": 1, "alpha": 0.04})
+WIDE = Policy.from_dict({"max_resolution_drop_pct": 90, "min_total_runs": 1, "alpha": 0.04, "test": "betting"})
 TASKS = ("t1", "t2", "t3")
 INC = [1.0, 1.1, 0.9, 1.05, 0.95] * 2
 SPREAD = (0.97, 1.0, 1.03, 0.99, 1.01) * 2
@@ -70,10 +70,11 @@ def decide(aggregates, policy=WIDE, sequential=None):
 def test_levels(found, boundary, expected):
     """The test by betting holds alpha at every look (skillevo/stats/betting.py); the resolution drop's bound and
     the geometric policy's p-value are spent over the looks."""
-    got = levels(Policy.from_dict({"look_boundary": boundary}), found)
+    got = levels(Policy.from_dict({"look_boundary": boundary, "test": "betting"}), found)
     assert got == pytest.approx(expected)
-    geometric = levels(Policy.from_dict({"look_boundary": boundary, "policy": "geometric"}), found)
-    assert geometric.cost == pytest.approx(expected.drop)
+    for other in ({"policy": "geometric"}, {"test": "bootstrap"}):  # p-values, spent over the looks
+        spent = levels(Policy.from_dict({"look_boundary": boundary, **other}), found)
+        assert spent.cost == pytest.approx(expected.drop)
     if found and len(found["looks"]) > 1:
         assert got.drop < 0.05  # a stopped look bounds the drop more strictly than a fixed bench
 

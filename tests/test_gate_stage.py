@@ -23,7 +23,7 @@ TASKS = {"t1": "trivial", "t2": "investigation"}
 
 # Two tasks of eight runs: a margin of 50 points bounds a resolution drop on far fewer; the test by betting
 # needs some seven rounds to promote even a halved cost (skillevo/stats/betting.py).
-SMALL = "gate: {max_resolution_drop_pct: 50, min_total_runs: 1}\n"
+SMALL = "gate: {max_resolution_drop_pct: 50, min_total_runs: 1, test: betting}\n"
 HALVED = (0.5, 0.55, 0.45, 0.5) * 2
 
 

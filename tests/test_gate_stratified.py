@@ -245,7 +245,10 @@ def test_below_min_total_runs_only_a_significant_drop_answers():
     ("one run each cannot show a spread", {"t": ([1.0], [0.5])}, {}, {"min_runs": 1, "min_total_runs": 1},
      "insufficient_evidence", "the spread of cost_usd cannot be estimated"),
     ("too few runs to bound a drop", {"t": ([1.0, 1.1, 0.9] * 4, [0.5, 0.55, 0.45] * 4)}, {}, FEW,
-     "insufficient_evidence", "a resolution drop of 20 points or more cannot be ruled out: the bet against it"),
+     "insufficient_evidence", "even with every run resolved it takes at least 14 valid runs per arm"),
+    ("too few runs to bet against a drop", {"t": ([1.0, 1.1, 0.9] * 4, [0.5, 0.55, 0.45] * 4)}, {},
+     {**FEW, "test": "betting"}, "insufficient_evidence",
+     "a resolution drop of 20 points or more cannot be ruled out: the bet against it"),
     ("a wider margin needs fewer runs", {"t": ([1.0, 1.1, 0.9] * 4, [0.5, 0.55, 0.45] * 4)}, {},
      {"max_resolution_drop_pct": 30, "min_total_runs": 1}, "promote", "estimated improvement 50.0%"),
 ])
@@ -278,7 +281,7 @@ def test_cheaper_per_run_but_dearer_per_resolved_task_is_kept():
 def test_a_small_unbounded_drop_keeps_the_incumbent():
     tasks = {f"t{i}": ([1.0, 1.1, 0.9], [0.6, 0.66, 0.54]) for i in range(4)}
     one_fail = {"t0": [None] * 2 + ["verify-failed"]}
-    decision = decide(cells(tasks, cand_kinds=one_fail), **FEW)
+    decision = decide(cells(tasks, cand_kinds=one_fail), **FEW, test="betting")
     assert decision["decision"] == "keep_incumbent"
     assert decision["reasons"][0].startswith("resolution fell by 8.3 points and a resolution drop of 20 points or "
                                              "more cannot be ruled out"), decision["reasons"]
@@ -327,20 +330,23 @@ def test_an_excluded_run_must_not_flatter_the_candidate():
     rng = random.Random(16)
     tasks = {f"t{i}": (noisy(11, 1.0 + i, rng, 0.3), noisy(11, 0.85 * (1.0 + i), rng, 0.3)) for i in range(4)}
     lost = {task: ["infra-error" if v == max(cand) else None for v in cand] for task, (_, cand) in tasks.items()}
-    as_is = decide(cells(tasks, cand_kinds=lost), max_resolution_drop_pct=100, quality_alpha=1e-9)
+    as_is = decide(cells(tasks, cand_kinds=lost), max_resolution_drop_pct=100, quality_alpha=1e-9, test="betting")
     assert as_is["decision"] == "keep_incumbent", as_is["reasons"]
     assert as_is["exclusion_bound"] is None  # the test by betting counts each lost run at its worst itself
     assert "4 run(s) excluded as harness faults (docs/formats.md, missing data)" in as_is["reasons"]
     kept = [[v for v in cand if v != max(cand)] for _, cand in tasks.values()]
     dropped = {task: (inc[:10], k) for (task, (inc, _)), k in zip(tasks.items(), kept, strict=True)}
-    assert decide(cells(dropped), max_resolution_drop_pct=100, quality_alpha=1e-9)["decision"] == "promote"
+    assert decide(cells(dropped), max_resolution_drop_pct=100, quality_alpha=1e-9, test="betting")["decision"] \
+        == "promote"
+    bootstrap = decide(cells(tasks, cand_kinds=lost), max_resolution_drop_pct=100, quality_alpha=1e-9)
+    assert bootstrap["decision"] == "keep_incumbent" and bootstrap["exclusion_bound"]["imputed_candidate_runs"] == 4
 
 
 def test_an_excluded_run_that_changes_nothing_leaves_a_promotion_standing():
     tasks = {f"t{i}": ([1.0, 1.1, 0.9, 1.05, 0.95] * 2 + [1.0], [0.6, 0.66, 0.54, 0.63, 0.57] * 2 + [0.6])
              for i in range(4)}
     infra = {"t0": ["infra-error"] + [None] * 10}
-    decision = decide(cells(tasks, cand_kinds=infra), max_resolution_drop_pct=100)
+    decision = decide(cells(tasks, cand_kinds=infra), max_resolution_drop_pct=100, test="betting")
     assert decision["decision"] == "promote", decision["reasons"]
     assert decision["exclusion_bound"] is None and decision["test"]["e_value"] >= 20
     assert decision["quality"]["candidate"] == {"resolved": 43, "valid_runs": 43}

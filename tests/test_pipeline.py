@@ -63,11 +63,11 @@ def sessions(log: Path) -> int:
     return len(log.read_text().splitlines()) if log.exists() else 0
 
 
-# The module's generation is the demo with its auto arm alone (one session a run), at most 16 candidate runs a task
-# in looks of 6, 8, ... (3 on the incumbent side; the test by betting needs some ten rounds for the auto arm's 17%),
-# with min_total_runs at 18: the mechanics below need a promotion, not the full demo's power or every arm (the
-# workflow arm's generations: test_pipeline_evolve.py, test_pipeline_noise.py), and CI has 30 minutes on 2 cores.
-SMALL = {("sampling", "runs"): 16, ("sampling", "incumbent_runs"): 3, ("gate", "min_total_runs"): 18}
+# The module's generation is the demo with its auto arm alone (one session a run), at 6 candidate runs a task (3
+# on the incumbent side), with the gate's tails rule sized to it: the mechanics below need a promotion, not the full
+# demo's power or every arm (the workflow arm's generations: test_pipeline_evolve.py, test_pipeline_noise.py), and
+# CI has 30 minutes on 2 cores.
+SMALL = {("sampling", "runs"): 6, ("sampling", "incumbent_runs"): 3, ("gate", "min_total_runs"): 18}
 
 
 def small_demo(clone: Path) -> None:

@@ -169,9 +169,9 @@ def test_init_check_repro_apply_revert_in_a_team_repository(team):
     params = yaml.safe_load((folder / "params.yaml").read_text())
     assert params["skills"]["evolvable"] == ["fixer", "reviewer", "test-runner"]
     params["skills"]["evolvable"] = ["fixer", "reviewer"]  # the third-party skill is not the team's to rewrite
-    # the image demo's size (3 gate tasks x at most 16 runs per arm, in looks that stop once the test by betting
-    # decides), in CI's 30 minutes; with fewer runs than gate.min_total_runs, `check` says no candidate can be promoted
-    params["sampling"].update(runs=16, incumbent_runs=3)
+    # the image demo's size (3 gate tasks x 6 = 18 runs per arm, 60 sessions in all), in CI's 30 minutes; with
+    # fewer runs than gate.min_total_runs, `check` says no candidate can be promoted
+    params["sampling"].update(runs=6, incumbent_runs=3)
     params["gate"]["min_total_runs"] = 18
     params["simulator"]["noise"] = "demo"  # the demo's spread, no mistakes: the test is of the path, not of luck
     (folder / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))

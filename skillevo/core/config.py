@@ -112,7 +112,7 @@ class SequentialParams:
 
 @dataclass(frozen=True)
 class CostCap:
-    """`sampling.cost_cap`: how each task's per-run cost cap is set from the incumbent side (core.sampling.design)."""
+    """`sampling.cost_cap`: each task's per-run cost cap from the incumbent side (core.sampling.design)."""
     quantile: float
     min_factor: float
     max_factor: float
@@ -157,6 +157,7 @@ class Policy:
     min_runs: int
     min_total_runs: int  # valid runs per arm over the gate's tasks before the cost test is trusted
     alpha: float
+    test: str  # bootstrap | betting: per_resolved's test (docs/gate.md, the test)
     min_improvement_pct: float
     quality_alpha: float
     max_resolution_drop_pct: float
@@ -270,10 +271,8 @@ def _sampling(filled: Mapping[str, Any]) -> SamplingParams:
                                    "cost_cap": _typed(CostCap, filled["cost_cap"])})
 
 
-RETIRED_GATE_KEYS = {  # keys an older skillevo read, refused with what replaced them
-    "quality_promotion_alpha": "a promotion now makes one claim, cheaper per resolved task, and resolution only "
-                               "guards it; remove the key (docs/gate.md, claims)",
-}
+RETIRED_GATE_KEYS = {"quality_promotion_alpha": "a promotion now makes one claim, cheaper per resolved task, and "
+                     "resolution only guards it; remove the key (docs/gate.md, claims)"}  # what older versions read
 
 
 def _check_gate(gate: Any, source: str, path: str) -> None:

@@ -322,9 +322,9 @@ def sequential_warnings(sampling: SamplingParams, policy: Policy) -> list[str]:
         return []
     warnings = [] if seq.metric == policy.metric else [
         f"sampling.sequential.metric {seq.metric} is not gate.metric {policy.metric}: the looks test another metric"]
-    if policy.policy != "per_resolved":
-        warnings.append(f"gate.policy {policy.policy} is not per_resolved, the test the looks use: the bench may stop "
-                        "where the gate will not decide the same")
+    if policy.policy != "per_resolved" or policy.test != "betting":
+        warnings.append(f"gate.policy {policy.policy} with gate.test {policy.test} is not per_resolved's test by "
+                        "betting, the test the looks use: the bench may stop where the gate will not decide the same")
     for key, mine, theirs in (("alpha", seq.alpha, policy.alpha),
                               ("min_improvement_pct", seq.min_improvement_pct, policy.min_improvement_pct),
                               ("max_resolution_drop_pct", seq.max_resolution_drop_pct, policy.max_resolution_drop_pct),

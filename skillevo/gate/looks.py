@@ -24,15 +24,15 @@ class Levels:
 
 
 def levels(policy: Policy, sequential: Mapping[str, Any] | None) -> Levels:
-    """`sequential` is bench.json's record (looks, stopped_at_look), or None for the fixed design. The cost test
-    bets (per_resolved, skillevo.stats.betting): valid at every look at alpha itself. The resolution drop's bound
-    and the geometric policy's p-value are not, so they are taken at the stopped look's level of a plan that
-    spends alpha over the looks."""
+    """`sequential` is bench.json's record (looks, stopped_at_look), or None for the fixed design. The test by
+    betting (per_resolved with gate.test betting, skillevo.stats.betting) is valid at every look at alpha itself;
+    the bootstrap's and the geometric policy's p-values and the resolution drop's bound are not, so they are taken
+    at the stopped look's level of a plan that spends alpha over the looks."""
     if sequential is None:
         return Levels(policy.alpha, policy.alpha)
     planned, look = tuple(sequential["looks"]), sequential["stopped_at_look"]
     spent = stats.look_levels(planned, policy.alpha, policy.look_boundary)[look - 1]
-    return Levels(policy.alpha if policy.policy == "per_resolved" else spent, spent)
+    return Levels(policy.alpha if policy.policy == "per_resolved" and policy.test == "betting" else spent, spent)
 
 
 def binding(policy: Policy, sequential: Mapping[str, Any] | None) -> dict[str, Any] | None:

@@ -93,13 +93,13 @@ def decide_arm(
     protocol = estimate if everyone_loaded else _estimate(pairs, policy.metric, level.cost, estimand,
                                                           skill_loaded=True)
     bound, found = None, None
-    if policy.policy == "per_resolved" and pairs and estimate is not None:
+    if policy.policy == "per_resolved" and policy.test == "betting" and pairs and estimate is not None:
         found = rounds.wealth(pairs, policy.metric, design, policy.max_resolution_drop_pct / 100)
     if policy.policy == "seed":
         verdict = seed_rule.judge(pairs, policy)
     else:
         verdict = stratified.judge(pairs, policy, estimate, quality, level, found and found[0], found and found[1])
-        if verdict.decision == PROMOTE and policy.policy == "geometric":
+        if verdict.decision == PROMOTE and found is None:  # the test by betting counts lost runs at their worst itself
             verdict, bound = _survives_exclusions(pairs, policy, level, verdict)
     decision = INSUFFICIENT_EVIDENCE if reasons else verdict.decision
     excluded = sum(agg["excluded_runs"] for pair in pairs for agg in (pair.incumbent, pair.candidate))

@@ -166,9 +166,9 @@ def _check_design(incumbent: Side, candidate: Side, policy: Policy, plan: Sampli
                   ) -> dict[str, betting.Design] | None:
     """The design the candidate side ran under (its cost caps and the test's bets) must be the one the incumbent
     side gives (skillevo.core.sampling.design, drawn again here): a side run with looser caps, or bets sized by
-    someone else, is refused. The geometric and seed policies bet nothing and need none."""
+    someone else, is refused. The bootstrap test, and the geometric and seed policies, bet nothing and need none."""
     recorded = candidate.bench.get("design")
-    if policy.policy != "per_resolved":
+    if policy.policy != "per_resolved" or policy.test != "betting":
         return None
     where = candidate.directory / "bench.json"
     if recorded is None:
