@@ -8,6 +8,7 @@ from pathlib import Path
 import yaml
 
 from skillevo.core import config
+from skillevo.stats import betting
 
 ROOT = Path(__file__).resolve().parents[1]
 CANARY = "skillevo-oracle-canary: 0f3a9c1e5b7d2468"
@@ -90,3 +91,12 @@ def write_params(path: Path, **kw) -> Path:
 def copy_skills(dest: Path) -> Path:
     shutil.copytree(ROOT / "skills", dest)
     return dest
+
+
+def capped(side, cap: float):
+    """The side with every arm capped at `cap` dollars per run, as a candidate side's design caps it."""
+    task = side.tasks[0].id
+    side.designs = {a.incumbent: betting.Design({task: betting.TaskDesign(cap / 2, 1.0, 0.0, cap)}, 0.2)
+                    for a in side.arms}
+    return side
+

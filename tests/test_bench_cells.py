@@ -17,7 +17,7 @@ from skillevo.core import models
 from skillevo.core.digests import sha256_bytes
 from skillevo.core.schemas import validate
 from skillevo.simulator import EscapeTargets, Simulator, load_all
-from tests.bench_fixtures import CANARY, ROOT, make_mini, params, write_params
+from tests.bench_fixtures import CANARY, ROOT, capped, make_mini, params, write_params
 from tests.conftest import session_processes
 
 pytestmark = [pytest.mark.cli, pytest.mark.bwrap]
@@ -110,3 +110,27 @@ def test_killed_bench_leaves_only_complete_valid_rows(tmp_path, sig):
             assert sha256_bytes((side / art["path"]).read_bytes()) == art["sha256"]
     assert not (side / "bench.json").exists()  # an incomplete side never looks complete
     assert not session_processes()
+
+
+def test_the_cli_stops_a_run_at_its_cost_cap_and_the_row_says_so(tmp_path):
+    """The cap is enforced, not only recorded: under a cap below what the run costs uncapped, the pinned CLI stops
+    the session (--max-budget-usd, in its own dollars, which are ours on the Anthropic path) and the row is a
+    cost-cap failure; under a cap above it, the same run resolves as before."""
+    tasks_file = make_mini(tmp_path)
+    p = params(runs=1)
+
+    def one(cap: float | None, out: str) -> dict:
+        side = plan("incumbent", tasks_file, ROOT / "skills", None, p)
+        side.tasks = side.tasks[:1]
+        side.arms = [a for a in side.arms if a.name == "auto"]
+        [row] = run_side(side if cap is None else capped(side, cap), p, tmp_path / out, quiet=True)
+        return row
+
+    free = one(None, "free")
+    assert free["resolved"] is True and free["cost_usd"] > 0, free["error_detail"]
+    roomy = one(round(free["cost_usd"] * 1.5, 6), "roomy")
+    assert roomy["resolved"] is True and roomy["error_kind"] is None, roomy["error_detail"]
+    tight = one(round(free["cost_usd"] / 3, 6), "tight")
+    assert tight["error_kind"] == "cost-cap" and tight["resolved"] is False, tight
+    assert "the CLI stopped it" in tight["error_detail"]
+    assert tight["cost_usd"] is not None and tight["cost_usd"] < free["cost_usd"]  # stopped, and measured

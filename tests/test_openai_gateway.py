@@ -22,7 +22,7 @@ from skillevo.core.errors import BadInput, BrokenEnvironment
 from skillevo.sandbox import process
 from skillevo.simulator import Simulator, openai_dialect
 from skillevo.simulator.noise import ROUTE_HEADER
-from tests.bench_fixtures import ROOT, make_mini, params, params_doc
+from tests.bench_fixtures import ROOT, capped, make_mini, params, params_doc
 from tests.conftest import cmdline, process_tree
 
 # --- the simulator's dialect ------------------------------------------------------------------------------
@@ -259,6 +259,34 @@ def test_a_bench_side_runs_through_the_real_litellm_proxy_with_its_keys_nowhere_
     assert not [f for f in written if provider_key.encode() in f.read_bytes() or run_key.encode() in f.read_bytes()]
     assert not [line for pid in process_tree({os.getpid()}) if (line := cmdline(pid)) and provider_key in line]
 
+
+
+@pytest.mark.cli
+@pytest.mark.bwrap
+@pytest.mark.gateway
+def test_behind_a_gateway_the_cap_is_in_priced_dollars_not_the_clis_guess(tmp_path):
+    """The CLI prices a model it does not know by guesswork (far above gpt-5-mini's table), so it must not enforce
+    the cap there: a run under a cap above its priced cost resolves, and one over its cap is a cost-cap row from
+    its priced cost, the session not stopped by the CLI."""
+    from skillevo.bench import plan, run_side
+    tasks_file = make_mini(tmp_path)
+    p = params(model={"backend": "openai", "name": "gpt-5-mini", "upstream": "simulator"})
+
+    def one(cap: float | None, out: str) -> dict:
+        side = plan("incumbent", tasks_file, ROOT / "skills", None, p)
+        side.tasks = side.tasks[:1]
+        side.arms = [a for a in side.arms if a.name == "auto"]
+        [row] = run_side(side if cap is None else capped(side, cap), p, tmp_path / out, quiet=True,
+                         scratch_root=tmp_path)
+        return row
+
+    free = one(None, "free")
+    assert free["resolved"] is True and free["cost_usd"] > 0, free["error_detail"]
+    roomy = one(round(free["cost_usd"] * 1.5, 6), "roomy")
+    assert roomy["resolved"] is True and roomy["error_kind"] is None, roomy["error_detail"]
+    over = one(round(free["cost_usd"] / 3, 6), "over")
+    assert over["error_kind"] == "cost-cap" and "at or over its cap" in over["error_detail"], over
+    assert over["cost_usd"] == free["cost_usd"]  # the session ran to its end: the CLI did not stop it
 
 def test_check_names_the_missing_provider_key_before_any_money_is_spent(monkeypatch):
     monkeypatch.delenv(models.OPENAI_KEY_ENV, raising=False)

@@ -48,7 +48,8 @@ pytestmark = [pytest.mark.ray, pytest.mark.cli, pytest.mark.bwrap]
 TASKS = ROOT / "tasks/tasks.yaml"
 CELL_TITLE = "ray::skillevo_cell"
 # timings, and what names a session (transcript paths carry the session id: their count is compared)
-UNCOMPARABLE = ("wall_s", "duration_s", "phases", "session_ids", "transcripts", "recorded_at")
+UNCOMPARABLE = ("wall_s", "duration_s", "phases", "session_ids", "transcripts", "recorded_at",
+                "started_at")  # when a run started: a clock reading, never the same twice
 KEY = "skillevo-planted-credential-5b0e7c1d9a"  # no known key pattern: redaction could not hide a leak
 
 
@@ -341,7 +342,10 @@ def test_demo_side_on_ray_equals_the_local_executor(cluster, demo_incumbent, tmp
         assert (out / row["patch"]["path"]).read_bytes() == (local_out / local["patch"]["path"]).read_bytes()
         for art in row["transcripts"]:
             assert sha256_bytes((out / art["path"]).read_bytes()) == art["sha256"]
-    assert json.loads((out / "bench.json").read_text()) == json.loads((local_out / "bench.json").read_text())
+    bench, local_bench = (json.loads((d / "bench.json").read_text()) for d in (out, local_out))
+    assert bench.pop("results_sha256") == sha256_bytes((out / "results.jsonl").read_bytes())  # rows hold timings
+    assert local_bench.pop("results_sha256") == sha256_bytes((local_out / "results.jsonl").read_bytes())
+    assert bench == local_bench
     assert not _sessions_left(tmp_path)
 
 

@@ -106,6 +106,12 @@ def _stopped(spec: SessionSpec, record: dict[str, Any], finished: sandbox.Finish
     return _failure(kind, detail, record)
 
 
+def _cli_budget(spec: SessionSpec) -> float | None:
+    """The cap the CLI may enforce itself: only in its own dollars. Behind a gateway the CLI prices a model it does
+    not know by guesswork (models.session_cost), so it would stop sessions at a figure unrelated to the cap; there
+    the cell applies the cap to the session's priced cost after it ends (bench.cell), a cost-cap row as here."""
+    return spec.max_budget_usd if spec.prices is None else None
+
 def run_session(spec: SessionSpec) -> dict[str, Any]:
     """Run one session; return its record (see schemas/session-record.schema.json)."""
     binary = cli.locate()
@@ -126,7 +132,7 @@ def run_session(spec: SessionSpec) -> dict[str, Any]:
         box = SandboxSpec(workspace=spec.workspace, private=private / "box", env=_env(spec), mounts=tuple(mounts),
                           relay_socket_dir=private / "relay", limits=spec.limits)
         argv = cli.argv(model=spec.model, tools=spec.tools, max_turns=spec.max_turns, effort=spec.effort,
-                        mcp=spec.mcp, max_budget_usd=spec.max_budget_usd)
+                        mcp=spec.mcp, max_budget_usd=_cli_budget(spec))
         cred = spec.credential  # sent by the relay in the header the CLI would use for its variable
         with sandbox.Relay(spec.endpoint, cred.secret if cred else None, private / "relay", timeout_s=spec.timeout_s,
                            auth_header=cred.header if cred else "x-api-key", headers=spec.headers) as relay:
