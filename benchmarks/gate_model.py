@@ -22,7 +22,7 @@ import math
 import random
 from dataclasses import dataclass, field, replace
 
-from skillevo.core import sampling
+from skillevo.core import planned, sampling
 from skillevo.core.config import Policy, SamplingParams
 from skillevo.core.results import MEDIAN_FIELDS, aggregate
 from skillevo.gate import decide_arm
@@ -334,3 +334,15 @@ def schedule_rate(job: tuple[int, int, dict, bool, Cell, SamplingParams]) -> tup
                     false += 1
                     break
     return (generations, confirm), false / schedules
+
+
+def preflight_power(job: tuple[Cell, int, int, dict, SamplingParams]) -> tuple[Cell, tuple[float, float]]:
+    """What the preflight states for a cell's world (skillevo.core.planned.planned_power, the stage's own call),
+    averaged over `incumbents` simulated incumbent sides it reads: its power and mean runs a task, to set beside
+    the power the study measures for the same cell."""
+    cell, incumbents, draws, default, plan = job
+    rng = random.Random(f"preflight {cell}")
+    policy = Policy.from_dict(default)
+    stated = [planned.planned_power(incumbent_rows(cell, plan, rng), cell.task_set, plan, policy, draws, seed=str(i))
+              for i in range(incumbents)]
+    return cell, (sum(s["power"] for s in stated) / incumbents, sum(s["mean_runs"] for s in stated) / incumbents)

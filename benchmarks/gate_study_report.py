@@ -31,6 +31,7 @@ class Study:
     schedules: dict[tuple[int, bool], float] = field(default_factory=dict)
     claims: dict[Cell, tuple[float, ...]] = field(default_factory=dict)  # the issue's cases, each as it names it
     headline: dict[Cell, Any] = field(default_factory=dict)  # SequentialRates under the default schedule
+    preflight: dict[Cell, tuple[float, float, Any]] = field(default_factory=dict)  # stated power, runs; measured
 
     @property
     def bound(self) -> float:
@@ -64,7 +65,12 @@ def write(out: Path, study: Study, nulls: Sequence[str]) -> dict[str, Any]:
     if boot:
         lines.insert(-1, "- worst null cell of the claims under the bootstrap-t test (`gate.test: bootstrap`): "
                          "**{:.4f}** ({})".format(*max(boot)))
+    if study.preflight:
+        over = max(stated - measured.spending for stated, _, measured in study.preflight.values())
+        lines.insert(-1, f"- the preflight's stated power less the study's, at {len(study.preflight)} "
+                         f"configuration(s): at most **{over:+.3f}**")
     lines += _claims_table(study, nulls)
+    lines += _preflight_table(study)
     lines += _grid_tables(study, nulls)
     lines += _robust_table(study)
     lines += _power_table(study)
@@ -113,6 +119,22 @@ def _claims_table(study: Study, nulls: Sequence[str]) -> list[str]:
                      f"{c.design} | {c.tasks} x {c.runs} | {c.p:g} | {truth(BY_NAME[c.scenario], c.p, c.cv):.3f} | "
                      f"{r.spending:.4f} (mean {r.runs:.1f} runs a task; futile early {r.futility:.3f}, promoted "
                      f"early {r.early_promote:.3f}) | |")
+    return lines + [""]
+
+
+def _preflight_table(study: Study) -> list[str]:
+    """What the preflight states (skillevo.core.planned, from simulated incumbent sides) beside what the study
+    measures, for a 20% saving per run under the default schedule."""
+    if not study.preflight:
+        return []
+    lines = ["## The preflight's stated power against the study's", "",
+             "A 20% saving per run at the default schedule. Stated: the preflight stage's own call, averaged over "
+             "simulated incumbent sides it reads; measured: the gate's decisions on the study's generations.", "",
+             "| p | CV | tasks x runs | stated power (mean runs) | measured power (mean runs) | difference |",
+             "|---|---|---|---|---|---|"]
+    for c, (stated, runs, measured) in study.preflight.items():
+        lines.append(f"| {c.p:g} | {c.cv:g} | {c.tasks} x {c.runs} | {stated:.3f} ({runs:.1f}) | "
+                     f"{measured.spending:.3f} ({measured.runs:.1f}) | {stated - measured.spending:+.3f} |")
     return lines + [""]
 
 

@@ -1,6 +1,6 @@
 """A reduced `make gate-study` (150 decisions per cell), run against the gate's own code in CI: every promotion
 path's nulls, the tails at 3 tasks x 14 runs and resolution 0.8, order effects (with an unrandomised order as the
-reference), faults, and the default schedule's power for a 20% saving.
+reference), faults, the default schedule's power for a 20% saving and the preflight's stated power beside it.
 
 The full study (2,000 decisions per cell) holds every null cell to alpha + 3 standard errors; here the same target
 is widened for the smaller sample, over the nulls that break convenient assumptions (a wider spread at the same
@@ -39,4 +39,8 @@ def test_the_reduced_study_keeps_every_null_within_its_target(tmp_path):
     assert "| loop tail (null): the same mean dollars" in table and "| 3 x 14 | 0.8 |" in table
     assert "| resolves more, 10% dearer (null)" in table and "unrandomised" in table
     assert "## Sequential candidate runs (interleaved)" in table
+    # the preflight states the power the schedule has, not more (its SE and the study's: about 0.04 each)
+    over = re.search(r"the preflight's stated power less the study's, at 1 configuration\(s\): at most \*\*(\S+)\*\*",
+                     table)
+    assert over and float(over[1]) <= 0.15, table
     assert {p.name for p in (tmp_path / "study").iterdir()} == {"table.md", "rates.csv", "rates.svg"}

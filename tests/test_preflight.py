@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from skillevo import stats
-from skillevo.core import sampling
+from skillevo.core import planned, sampling
 from skillevo.core.config import Policy, section
 from skillevo.core.config import SamplingParams as Sampling
 from skillevo.stages import preflight as stage
@@ -68,8 +68,70 @@ def test_the_incumbent_s_figures_give_the_runs_needed_and_warn_below_them():
     enough = sampling.preflight(rows, ["g1", "g2", "g3", "g4"], plan(runs=10), FORTY)
     assert not any("below gate.min_total_runs" in w for w in enough.warnings)
     assert enough.detectable_pct < result.detectable_pct
-    assert 0 <= result.planned["power"] < enough.planned["power"] <= 1  # the test by betting, by simulation
-    assert result.planned["saving_pct"] == 20 and 1 <= enough.planned["mean_runs"] <= 10
+    assert result.planned is None  # the stage adds the schedule's power (skillevo.core.planned)
+
+
+
+BETTING = Policy.from_dict({"test": "betting", "min_total_runs": 8})
+
+
+def _resolving(rows: list[dict], every: int) -> list[dict]:
+    """`rows` with every `every`-th run unresolved (an oracle failure)."""
+    for i, row in enumerate(rows):
+        if i % every == every - 1:
+            row.update(error_kind="oracle-failed", resolved=False)
+    return rows
+
+
+def _looks(runs: int, plan_saving_pct: float = 20, **sequential) -> Sampling:
+    return plan(runs=runs, plan_saving_pct=plan_saving_pct,
+                sequential={"enabled": True, "first": 4, "batch": 2, "min_total_runs": 8, "futility_p_value": 1.0,
+                            "futility_confidence": 0, **sequential})
+
+
+def test_the_planned_power_is_the_schedule_run_through_the_benchs_own_looks():
+    tasks = ["g1", "g2", "g3", "g4"]
+    rows = _resolving(noisy_rows(tasks, 5, 0.35), 10)
+    assert planned.planned_power(rows, tasks, _looks(16), Policy.from_dict({}), draws=4) is None  # bootstrap
+    free = planned.planned_power(rows, tasks, _looks(16, plan_saving_pct=30), BETTING, draws=30)
+    assert free["saving_pct"] == 30 and free["draws"] == 30 and free["arm"] == INCUMBENT
+    assert 0.2 < free["power"] < 0.9 and 4 <= free["mean_runs"] <= 16
+    # the same simulated sides (one seed), with futility stops the schedule has: they can only take power away
+    futile = planned.planned_power(rows, tasks, _looks(16, plan_saving_pct=30, futility_p_value=0.1), BETTING,
+                                   draws=30)
+    assert futile["power"] < free["power"] and futile["mean_runs"] < free["mean_runs"]
+    fewer = planned.planned_power(rows, tasks, _looks(8, plan_saving_pct=30), BETTING, draws=30)
+    assert fewer["power"] < free["power"]
+
+
+def test_the_planned_power_is_stated_for_the_hardest_arm():
+    easy = noisy_rows(["g1", "g2"], 5, 0.35)
+    hard = _resolving(noisy_rows(["g1", "g2"], 5, 0.35, seed=1), 2)
+    for row in hard:
+        row["arm"] = "auto"
+    found = planned.planned_power(easy + hard, ["g1", "g2"], _looks(8), BETTING, draws=10)
+    assert found["arm"] == "auto"  # resolving half its runs, it needs the most
+
+
+def test_five_runs_leave_the_world_uncertain_and_the_stated_power_says_so():
+    tasks = ["g1", "g2", "g3", "g4"]
+    rows = noisy_rows(tasks, 5, 0.35)  # every run resolves: a rate of 1, estimated from five runs
+    design = sampling.design(rows, tasks, INCUMBENT, _looks(16), "cost_usd")
+    few = planned.Evidence.of(rows, design, INCUMBENT, "cost_usd")
+    assert few.runs == dict.fromkeys(tasks, 5) and few.df == 16 and 0.05 < few.log_variance < 0.3
+    rng = random.Random(3)
+    worlds = [planned.plausible_world(design, few, rng) for _ in range(200)]
+    # five resolved runs of five still leave a rate near 0.8 plausible; the caps are the harness's, unchanged
+    assert min(w.tasks["g1"].rate for w in worlds) < 0.8 < max(w.tasks["g1"].rate for w in worlds) <= 1
+    assert all(w.tasks[t].cap == design.tasks[t].cap for w in worlds for t in tasks)
+    many = planned.Evidence(dict.fromkeys(tasks, 100_000), few.log_variance, 400_000)
+    sure = planned.plausible_world(design, many, rng)
+    assert sure.tasks["g1"].rate > 0.999 and math.isclose(sure.tasks["g2"].mean, design.tasks["g2"].mean, rel_tol=0.01)
+    # the test keeps the design's bets; the worlds it meets are the uncertain ones, so it finds less than in its own
+    plan_ = _looks(16, plan_saving_pct=30)
+    assumed = planned.schedule_power(design, plan_, 0.3, draws=40, seed="s")
+    uncertain = planned.schedule_power(design, plan_, 0.3, draws=40, seed="s", evidence=few)
+    assert uncertain[0] < assumed[0]
 
 
 def test_identical_runs_fall_back_to_the_prior_and_few_runs_are_called_out():
@@ -99,3 +161,15 @@ def test_the_stage_prints_and_writes_its_figures(tmp_path: Path, capsys):
     figures = json.loads(out.read_text())
     assert figures["tasks"] == 2 and figures["runs"] == 4 and figures["detectable_improvement_pct"] > 5
     assert figures["runs_needed"]["min_total_runs"] == 20
+    assert figures["planned"] is None  # the bootstrap test: no schedule to simulate
+    # under the test by betting the stage states the schedule's power, for the arm it read
+    document = yaml.safe_load(params.read_text())
+    document["gate"].update(test="betting", min_total_runs=8)
+    document["sampling"].update(runs=8, sequential={"enabled": True, "first": 4, "batch": 2, "min_total_runs": 8})
+    params.write_text(yaml.safe_dump(document))
+    assert stage.main(["--incumbent", str(tmp_path / "inc"), "--tasks", str(tasks_file), "--params", str(params),
+                       "--out", str(out)]) == 0
+    assert "the schedule finds a 20% saving with power" in capsys.readouterr().out
+    found = json.loads(out.read_text())["planned"]
+    assert found["draws"] == planned.DRAWS and found["arm"] == INCUMBENT and 0 <= found["power"] <= 1
+    assert 4 <= found["mean_runs"] <= 8

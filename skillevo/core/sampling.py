@@ -207,7 +207,7 @@ class Preflight:
     detectable_pct: float | None  # the saving per resolved task found with `power` at the cost test's level
     runs_needed: dict[str, int | None]  # per (task, arm), for each thing a promotion needs
     warnings: tuple[str, ...]
-    planned: dict[str, float] | None = None  # the test by betting at the planned saving, by simulation
+    planned: dict[str, float] | None = None  # the schedule's power by simulation (skillevo.core.planned)
 
     def to_dict(self) -> dict[str, Any]:
         return {"tasks": self.tasks, "runs": self.runs, "cv": round(self.cv, 6), "spread_from": self.spread_from,
@@ -273,26 +273,7 @@ def preflight(rows: Iterable[Mapping[str, Any]], gate_tasks: Iterable[str], samp
                         f"runs can detect ({detectable:.1f}% at power {sampling.power:g}): a real saving between the "
                         f"two will usually be kept out; {needed['min_improvement']} runs per task would find it")
     warnings += sequential_warnings(sampling, policy)
-    return Preflight(len(gate_tasks), sampling.runs, cv, source, detectable, needed, tuple(warnings),
-                     planned_power(rows, gate_tasks, sampling, policy))
-
-
-def planned_power(rows: list[Mapping[str, Any]], gate_tasks: list[str], plan: SamplingParams, policy: Policy
-                  ) -> dict[str, float] | None:
-    """The test by betting's power for sampling.plan_saving_pct within sampling.runs, at the incumbent side's
-    measured resolution and spread (its worst arm: apply needs every arm), and the mean runs a task it spends;
-    None when no arm can be designed (skillevo.stats.power.betting_power)."""
-    found = []
-    for arm in sorted({row["arm"] for row in rows}):
-        try:
-            design_ = design(rows, gate_tasks, arm, plan, policy.metric)
-        except BadInput:
-            continue
-        found.append(stats.betting_power(design_, plan.runs, policy.alpha, plan.plan_saving_pct / 100))
-    if not found:
-        return None
-    power, runs = min(found)
-    return {"saving_pct": plan.plan_saving_pct, "power": round(power, 3), "mean_runs": round(runs, 1)}
+    return Preflight(len(gate_tasks), sampling.runs, cv, source, detectable, needed, tuple(warnings))
 
 
 def unpromotable(gate_tasks: int, sampling: SamplingParams, policy: Policy) -> list[str]:

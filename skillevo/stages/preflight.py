@@ -11,10 +11,11 @@ short of one. Writes <out> (`dvc metrics show`). Advisory: it never stops the pi
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 from pathlib import Path
 
-from skillevo.core import documents, layout, safefs, sampling, stage, tasks
+from skillevo.core import documents, layout, planned, safefs, sampling, stage, tasks
 from skillevo.core.results import load_side
 
 
@@ -34,6 +35,8 @@ def run(args: argparse.Namespace) -> str:
     split = tasks.split(loaded, params.tasks.gate, params.tasks.evidence, params.tasks.shared, params.source)
     side = load_side(args.incumbent, "incumbent")
     result = sampling.preflight(side.rows, split.gate, params.sampling, params.gate)
+    result = dataclasses.replace(result, planned=planned.planned_power(side.rows, split.gate, params.sampling,
+                                                                        params.gate, progress=True))
     safefs.write_atomic(args.out, documents.dump_json(result.to_dict()))
     stage.warn("preflight", result.warnings)
     found = "nothing (too few runs)" if result.detectable_pct is None else f"{result.detectable_pct:.1f}%"
@@ -45,10 +48,10 @@ def run(args: argparse.Namespace) -> str:
             f"drop within {params.gate.max_resolution_drop_pct:g} points, {needed['min_improvement']} to find a "
             f"{params.gate.min_improvement_pct:g}% saving, {needed['saving_20pct']} to find a 20% saving"
             + ("" if result.planned is None else
-               f"; the test by betting finds a {result.planned['saving_pct']:g}% saving with power "
+               f"; the schedule finds a {result.planned['saving_pct']:g}% saving with power "
                f"{result.planned['power']:.2f} within {result.runs} runs a task (mean "
-               f"{result.planned['mean_runs']:.1f} runs a task, futility stops aside; by simulation at the "
-               "incumbent's resolution and spread)"))
+               f"{result.planned['mean_runs']:.1f} runs a task; {result.planned['draws']} sides simulated through "
+               "the bench's own looks at the incumbent's resolution and spread)"))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -164,14 +164,29 @@ def stake(design: Design, lam: float) -> tuple[float, list[float]]:
     """Kelly's fraction per dollar for the planned saving at the design's spread and resolution, and each task's
     centre (its expected x), held to KAPPA of the narrowest range so no factor can reach zero."""
     tasks = list(design.tasks.values())
-    gain = sum(design.saving * t.mean for t in tasks)
-    spread = sum(2 * (t.variance + lam * lam * t.rate * (1 - t.rate)) for t in tasks)
+    gain, spread = _planned(design, lam)
     centres = [t.mean - lam * t.rate for t in tasks]
     limit = min(min(1 / (lam + s), 1 / (t.cap - s)) for t, s in zip(tasks, centres, strict=True))
     if gain <= 0 or spread <= 0:
         return KAPPA * limit, centres
     return min(gain / spread, KAPPA * limit), centres
 
+
+
+def _planned(design: Design, lam: float) -> tuple[float, float]:
+    """A round's expected gain at the planned saving and the variance of its bet per unit stake."""
+    tasks = design.tasks.values()
+    return (sum(design.saving * t.mean for t in tasks),
+            sum(2 * (t.variance + lam * lam * t.rate * (1 - t.rate)) for t in tasks))
+
+
+def growth(design: Design) -> float:
+    """The log-wealth a round adds in expectation at the planned saving, at the design's own lambda (the bet's
+    drift less half its variance): the lower, the more runs the test needs."""
+    lam = design.cost_per_resolved
+    beta, _ = stake(design, lam)
+    gain, spread = _planned(design, lam)
+    return beta * gain - beta * beta * spread / 2
 
 def drop_wealth(rounds: Sequence[Sequence[tuple[Run, Run]]], margin: float, design: Design) -> Wealth:
     """The gambler's log-wealth against "the candidate resolves `margin` (a fraction) or more less than its

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import math
 
-from skillevo.stats.betting import Design, wealth
 from skillevo.stats.estimate import pct
 
 
@@ -47,25 +46,3 @@ def runs_for_saving(variance: float, saving_pct: float, alpha: float, power: flo
         return None
     effect = -math.log(1 - saving_pct / 100)
     return max(2, math.ceil(2 * variance * ((sps.norm.isf(alpha) + sps.norm.ppf(power)) / effect) ** 2))
-
-
-def betting_power(design: Design, rounds: int, alpha: float, saving: float, draws: int = 400, seed: int = 0
-                  ) -> tuple[float, float]:
-    """By simulation, the power of the test by betting (skillevo.stats.betting) for a candidate whose every run
-    costs `saving` less, both arms resolving at the design's rates with its spread (lognormal costs, capped as the
-    harness caps them), within `rounds`; and the mean rounds spent when the side stops at the first crossing.
-    Futility stops are left out: the figure is the most the schedule finds."""
-    import random  # noqa: PLC0415
-
-    rng = random.Random(f"skillevo betting power {seed}")
-    tasks = list(design.tasks.values())
-    sigmas = [math.sqrt(math.log1p(t.variance / (t.mean * t.mean))) if t.mean > 0 else 0.0 for t in tasks]
-    found, spent = 0, 0
-    for _ in range(draws):
-        blocks = [[((t.mean * math.exp(rng.gauss(-s * s / 2, s)), rng.random() < t.rate),
-                    (t.mean * (1 - saving) * math.exp(rng.gauss(-s * s / 2, s)), rng.random() < t.rate))
-                   for t, s in zip(tasks, sigmas, strict=True)] for _ in range(rounds)]
-        crossed = wealth(blocks, design).first_crossing(alpha)
-        found += crossed is not None
-        spent += crossed or rounds
-    return found / draws, spent / draws
