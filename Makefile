@@ -60,9 +60,10 @@ $(VENV)/.installed-$(PYPROJECT)-%:
 	find $(VENV) -maxdepth 1 -name '.installed-*' ! -name '.installed-$(PYPROJECT)-*' -delete; \
 	touch $@
 
-# The pinned CLI, project-local, by the package's own installer (`skillevo setup` for an installed package).
+# The pinned CLI, project-local, by the command a user runs (`skillevo setup`; as `-m skillevo.agent.install`,
+# a module its own package imports, Python warned on every setup).
 $(CLAUDE_BIN): | $(call STAMP,demo)
-	$(PY) -m skillevo.agent.install --prefix $(CLAUDE_PREFIX)
+	$(PY) -m skillevo setup --prefix $(CLAUDE_PREFIX)
 	touch $@
 
 DVC := $(VENV)/bin/dvc

@@ -1,7 +1,7 @@
 """Install the pinned Claude Code CLI with npm, into a prefix of its own: the one installer, used by `make setup`
 (the checkout's .tools/) and by `skillevo setup` (a user's data directory, for an installed package).
 
-    python -m skillevo.agent.install [--prefix DIR]
+    skillevo setup [--prefix DIR]     (python -m skillevo setup)
 
 The npm package's postinstall puts the native binary in place; the result is checked by asking it its version.
 """
