@@ -249,3 +249,96 @@ def test_with_a_team_key_only_a_side_signed_under_it_is_decided(tmp_path, monkey
     from skillevo.core.digests import sha256_bytes
     (side / "bench.json").write_text(json.dumps({**bench_json, "results_sha256": sha256_bytes(forged)}))
     assert stage.main([*args[:-1], str(tmp_path / "signed" / "out3")]) == 2
+
+
+# --- faults measured again: a re-run block stands in the place of the block a fault spoiled -----------------------
+
+def _blind(r: dict) -> dict:
+    """A row lost to a harness fault before the model answered anything: no token, no cost, no session."""
+    return {**r, "error_kind": "infra-error", "resolved": False, "ok": False, "verify_passed": False,
+            "oracle_passed": False, "cost_usd": None, "session_ids": [], "num_turns": 0, "duration_s": 0.0,
+            "skill_invoked": None,
+            "skills_loaded": [], "tool_uses": {}, **{f: 0 for f in ("input_tokens", "output_tokens",
+                                                                     "cache_creation_input_tokens",
+                                                                     "cache_read_input_tokens")}}
+
+
+def _rerun_gate(tmp_path: Path, forge=None, pct: float = 25.0) -> tuple[int, str, Path]:
+    """A candidate side whose t1/run2 candidate cell was lost before the model answered and whose block was
+    measured again whole as run 4 (replaces 2), as the bench writes it; `forge(rows)` edits it first. Then the
+    real gate stage."""
+    from skillevo.stages import gate as stage
+
+    incumbent = [{**r, "started_at": DAY_BEFORE, "recorded_at": DAY_BEFORE}
+                 for r in runs("t1", INCUMBENT, [1.0, 1.1, 0.9]) + runs("t2", INCUMBENT, [2.0, 2.1, 1.9])]
+    write_side(tmp_path / "inc", bench("incumbent", {"t1": "trivial", "t2": "trivial"}), incumbent)
+    cand = runs("t1", CANDIDATE, [0.8, 0.9, 0.7]) + runs("t2", CANDIDATE, [1.8, 1.7, 1.9])
+    fresh = [{**r, "started_at": RECORDED_AT, "recorded_at": RECORDED_AT} for r in incumbent]
+    rows = [_blind(r) if (r["task"], r["arm"], r["run"]) == ("t1", CANDIDATE, 2) else r
+            for r in controls(fresh, cand)]
+    again = [{**r, "run": 4, "replaces": 2, "session_ids": [f"again-{r['arm']}"]}
+             for r in controls(fresh[:1], cand[:1])]  # t1's block, both arms, measured again
+    rows += again
+    if forge is not None:
+        rows = forge(rows)
+    side = write_side(tmp_path / "cand", designed(bench("candidate", {"t1": "trivial", "t2": "trivial"},
+                                                        fault_reruns={"pct": pct, "blocks": 1}), incumbent), rows)
+    (tmp_path / "manifest.json").write_text(json.dumps(freeze()), encoding="utf-8")
+    (tmp_path / "params.yaml").write_text("arms: {workflow: {sessions: [{skill: work, prompt: '{prompt}'}]}}\n"
+                                          "tasks: {gate: [t1, t2], evidence: []}\n"
+                                          "gate: {min_runs: 2, min_total_runs: 2}\n", encoding="utf-8")
+    import contextlib
+    import io
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err):
+        code = stage.main(["--incumbent", str(tmp_path / "inc"), "--candidate", str(side), "--freeze",
+                           str(tmp_path / "manifest.json"), "--params", str(tmp_path / "params.yaml"), "--out",
+                           str(tmp_path / "out")])
+    return code, err.getvalue(), tmp_path / "out"
+
+
+def test_a_block_measured_again_stands_in_the_place_of_the_one_a_fault_spoiled(tmp_path):
+    code, err, out = _rerun_gate(tmp_path)
+    assert code == 0, err
+    promotion = json.loads((out / "promotion.json").read_text())
+    (decision,) = promotion["decisions"]
+    t1 = next(t for t in decision["tasks"] if t["task"] == "t1")
+    # three valid runs a side, none excluded: the spoiled block left, the re-run took its place in round 2
+    assert (t1["incumbent"]["valid_runs"], t1["candidate"]["valid_runs"]) == (3, 3), t1
+    assert t1["incumbent"]["excluded_runs"] == t1["candidate"]["excluded_runs"] == 0
+    assert sorted(s["run"] for s in t1["candidate"]["samples"]) == [1, 2, 3]
+
+
+def _mid_run(rows):
+    """The spoiled run had spent money before the fault: the fault may have struck because the run was long."""
+    return [{**r, "cost_usd": 0.5, "input_tokens": 10, "session_ids": ["spent"]} if r["error_kind"] == "infra-error"
+            else r for r in rows]
+
+
+@pytest.mark.parametrize("forge, pct, message", [
+    (_mid_run, 25.0, r"replaces block t1/run2, which no fault spoiled before the model answered"),
+    (lambda rows: [{**r, "replaces": None} if r["run"] == 4 and r["arm"] == INCUMBENT else r for r in rows], 25.0,
+     r"its rows disagree on the block they replace"),
+    (lambda rows: rows + [{**r, "run": 5} for r in rows if r["run"] == 4], 25.0,
+     r"block t1/run2 is replaced twice"),
+    (lambda rows: rows, 10.0, r"1 re-run blocks; bench.json's fault_reruns says 1, at most 10% of the 6 scheduled"),
+    (lambda rows: [{**r, "replaces": 3} if r["run"] == 4 else r for r in rows], 25.0,
+     r"replaces block t1/run3, which no fault spoiled"),
+])
+def test_the_gate_refuses_a_re_run_that_replaces_what_no_blind_fault_spoiled(tmp_path, forge, pct, message):
+    code, err, _ = _rerun_gate(tmp_path, forge, pct)
+    assert code == 2 and re.search(message + r".*\(rule: contemporaneous controls\)", err), err
+
+
+def test_settle_follows_a_re_run_of_a_re_run_home():
+    from skillevo.core.controls import settle
+
+    def cell(run, arm, replaces=None, kind=None):
+        return {"task": "t", "arm": arm, "run": run, "replaces": replaces, "error_kind": kind, "cost_usd": run}
+
+    rows = [cell(1, "a"), cell(1, "b"), cell(2, "a", kind="infra-error"), cell(2, "b"),
+            cell(5, "a", 2), cell(5, "b", 2, "session-error"), cell(6, "a", 5), cell(6, "b", 5)]
+    settled = settle(rows)
+    assert [(r["arm"], r["run"], r["cost_usd"]) for r in settled] == [("a", 1, 1), ("a", 2, 6), ("b", 1, 1),
+                                                                       ("b", 2, 6)]
+    assert settle(rows[:4]) == sorted(rows[:4], key=lambda r: (r["task"], r["arm"], r["run"]))

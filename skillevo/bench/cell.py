@@ -68,6 +68,7 @@ class CellSpec:
     moment: str | None = None  # the measuring moment (skillevo.bench.sideplan.SidePlan.moment)
     slot: int | None = None  # its place in the side's order
     budget_usd: float | None = None  # the candidate side's per-run cost cap (skillevo.core.sampling.design)
+    replaces: int | None = None  # a re-run block's cell: the run of the block a fault spoiled (core.controls)
 
     @property
     def name(self) -> str:
@@ -105,6 +106,7 @@ def _base_row(spec: CellSpec) -> dict[str, Any]:
         "overlay_digest": spec.overlay_digest, "started_at": _now(), "recorded_at": None,
         # the candidate side's order and pairing, which the gate checks (skillevo.core.controls)
         "slot": spec.slot if spec.side == "candidate" else None, "control_for": spec.control_for,
+        "replaces": spec.replaces,
     }
 
 

@@ -78,6 +78,7 @@ def material(spec: CellSpec, ctx: Context) -> dict[str, Any]:
         "run": spec.run, "side": spec.side, "replicate": ctx.replicate, "control_for": spec.control_for,
         # a candidate-side cell is its slot in the side's order too: served only into the same place
         "slot": spec.slot if spec.side == "candidate" else None, "budget_usd": spec.budget_usd,
+        "replaces": spec.replaces,
         "skills_digest": spec.skills_digest, "overlay_digest": spec.overlay_digest, "base_commit": spec.base_commit,
         "model": model.identity(),
         "cli": pins.CLAUDE_CODE_VERSION, "harness": ctx.harness, "simulator": ctx.simulator,

@@ -13,7 +13,7 @@ import signal
 import sys
 import tempfile
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any
@@ -26,7 +26,7 @@ from skillevo.bench import canary, cellstore, harness, taskcheck
 from skillevo.bench.cell import CellResult, CellSpec
 from skillevo.bench.executor import Executor, LocalExecutor
 from skillevo.bench.report import write_report
-from skillevo.bench.sideplan import SidePlan, build_cells
+from skillevo.bench.sideplan import SidePlan, build_cells, rerun_cells
 from skillevo.core import controls, digests, documents, layout, models, safefs, sampling
 from skillevo.core.config import BenchParams, Params
 from skillevo.core.digests import canonical_json, framed_digest, sha256_bytes, sha256_json
@@ -238,27 +238,68 @@ def _looks(p: SidePlan, params: Params) -> tuple[int, ...]:
     return sampling.looks(params.sampling)
 
 
-def _run_looks(p: SidePlan, params: Params, cells: list[CellSpec], looks: tuple[int, ...],
-               served: dict[str, CellResult], writer: _Writer, runner: Executor, cancel: threading.Event,
-               quiet: bool) -> tuple[int, dict[str, Any] | None]:
+class _Payer:
+    """Serves or pays for a batch of cells, and measures again, inside the same look, each block a fault spoiled
+    before the model answered (skillevo.core.controls.spoiled), up to params bench.fault_reruns_pct of the blocks
+    scheduled so far: the replaced block leaves the statistics (controls.settle), so the design stays balanced."""
+
+    def __init__(self, p: SidePlan, params: Params, cells: list[CellSpec], served: dict[str, CellResult],
+                 writer: _Writer, runner: Executor, cancel: threading.Event,
+                 serve: Callable[[list[CellSpec]], dict[str, CellResult]]) -> None:
+        self.p, self.pct, self.cells, self.served = p, params.bench.fault_reruns_pct, list(cells), served
+        self.writer, self.runner, self.cancel, self.serve = writer, runner, cancel, serve
+        self.blocks = self.reruns = 0
+
+    def pay(self, batch: list[CellSpec]) -> int:
+        """Returns how many cells were scheduled: the batch and its re-runs."""
+        self._measure(batch)
+        scheduled = len(batch)
+        if self.p.side != "candidate":
+            return scheduled
+        self.blocks += len({(c.task.id, c.run) for c in batch})
+        while not (self.cancel.is_set() or self.writer.outage):
+            room = controls.rerun_budget(self.pct, self.blocks) - self.reruns
+            todo = controls.spoiled(self.writer.rows)[:max(room, 0)]
+            if not todo:
+                break
+            again = rerun_cells(self.p, self.cells, todo)
+            self.cells += again
+            self.reruns += len(todo)
+            self.served.update(self.serve(again))
+            self.writer.bar.total += len(again)
+            self.writer.bar.refresh()
+            tqdm.write(f"bench: {len(todo)} block(s) lost to a fault before the model answered, measured again "
+                       f"({self.reruns} of the budget's {controls.rerun_budget(self.pct, self.blocks)}): "
+                       + ", ".join(f"{t}/run{r}" for t, r in todo), file=sys.stderr)
+            self._measure(again)
+            scheduled += len(again)
+        return scheduled
+
+    def _measure(self, batch: list[CellSpec]) -> None:
+        for cell in batch:
+            if cell.name in self.served:
+                self.writer(cell, self.served[cell.name], served=True)
+        self.runner.run([c for c in batch if c.name not in self.served], self.writer, self.cancel)
+
+    def record(self) -> dict[str, Any] | None:
+        return {"pct": self.pct, "blocks": self.reruns} if self.p.side == "candidate" else None
+
+
+def _run_looks(p: SidePlan, params: Params, cells: list[CellSpec], looks: tuple[int, ...], payer: _Payer,
+               writer: _Writer, cancel: threading.Event, quiet: bool) -> tuple[int, dict[str, Any] | None]:
     """Serve or pay for the cells look by look (candidate cells and their controls together); after each look but
     the last, sampling.interim compares the candidate arms with their contemporaneous controls and says whether
     the side stops. Returns how many cells were scheduled, and the sequential record (None for one look)."""
     scheduled, previous = 0, 0
     pairs = {arm.name: arm.incumbent for arm in p.arms}
-    controls = {arm.name for arm in p.controls}
+    controls_ = {arm.name for arm in p.controls}
     for look, runs in enumerate(looks, start=1):
-        batch = [c for c in cells if previous < c.run <= runs]
-        scheduled += len(batch)
-        for cell in batch:
-            if cell.name in served:
-                writer(cell, served[cell.name], served=True)
-        runner.run([c for c in batch if c.name not in served], writer, cancel)
+        scheduled += payer.pay([c for c in cells if previous < c.run <= runs])
         previous = runs
         if len(looks) == 1 or cancel.is_set() or writer.outage:
             return scheduled, None
-        rows = [dict(r) for r in writer.rows]
-        step = sampling.interim([r for r in rows if r["arm"] in controls], [r for r in rows if r["arm"] in pairs],
+        rows = controls.settle(writer.rows)
+        step = sampling.interim([r for r in rows if r["arm"] in controls_], [r for r in rows if r["arm"] in pairs],
                                 pairs, look, params.sampling, p.designs)
         if not quiet:
             tqdm.write(f"bench: look {look} of {len(looks)} ({runs} runs per cell): {step.action}; "
@@ -288,7 +329,8 @@ def run_side(p: SidePlan, params: Params, out: Path, *, executor: Executor | Non
         mdl, credential = stack.enter_context(backends.open_model(params.model, simulator=simulator))
         runner = executor or _executor(params, credential)
         cells = build_cells(p, params.bench, mdl, scratch)
-        keys, served = _serve(cells_store, cells, store_context(params, p, noise), params.gate.max_age_days, quiet)
+        ctx = store_context(params, p, noise)
+        keys, served = _serve(cells_store, cells, ctx, params.gate.max_age_days, quiet)
         served, broken = _whole_blocks(p, cells, served)
         if p.side == "incumbent" and len(served) < len(cells):
             _check_tasks(p, params, quiet)
@@ -308,9 +350,16 @@ def run_side(p: SidePlan, params: Params, out: Path, *, executor: Executor | Non
             writer = _Writer(staging, len(cells), quiet, cancel, params.bench.max_consecutive_failures, cells_store,
                              keys, replace=broken | {c.name for c in cells if any(k.drift and k.cell.arm == c.arm
                                                                                   for k in canaries)})
+            def serve(again: list[CellSpec]) -> dict[str, CellResult]:
+                more, found = _serve(cells_store, again, ctx, params.gate.max_age_days, quiet)
+                found, gone = _whole_blocks(p, again, found)
+                writer.keys.update(more)
+                writer.replace |= gone
+                return {c.name: r for c, r in found}
+
+            payer = _Payer(p, params, cells, {c.name: r for c, r in served}, writer, runner, cancel, serve)
             try:
-                scheduled, sequential = _run_looks(p, params, cells, looks, {c.name: r for c, r in served}, writer,
-                                                   runner, cancel, quiet)
+                scheduled, sequential = _run_looks(p, params, cells, looks, payer, writer, cancel, quiet)
             finally:
                 writer.close()
             kept = (f"{len(writer.rows)} of {len(cells)} cells finished ({writer.served} served from the cell store, "
@@ -323,10 +372,11 @@ def run_side(p: SidePlan, params: Params, out: Path, *, executor: Executor | Non
             if cancel.is_set():
                 _publish(staging, out, partial=True)
                 raise Interrupted(kept)
-        excluded = sum(r["error_kind"] in EXCLUDED_ERROR_KINDS for r in writer.rows)
-        if writer.rows and 100 * excluded / len(writer.rows) > params.bench.max_excluded_pct:
+        counted = controls.settle(writer.rows) if p.side == "candidate" else writer.rows  # re-run blocks replace
+        excluded = sum(r["error_kind"] in EXCLUDED_ERROR_KINDS for r in counted)
+        if counted and 100 * excluded / len(counted) > params.bench.max_excluded_pct:
             _publish(staging, out, partial=True)
-            raise Outage(f"{excluded} of {len(writer.rows)} rows were excluded as harness or API faults, over params "
+            raise Outage(f"{excluded} of {len(counted)} rows were excluded as harness or API faults, over params "
                          f"bench.max_excluded_pct {params.bench.max_excluded_pct:g}%: the side fails, so that DVC "
                          f"never caches an outage as a result; rows kept in {out / 'results.jsonl'}")
         rows = sorted(writer.rows, key=lambda r: (r["task"], r["arm"], r["run"]))
@@ -340,7 +390,7 @@ def run_side(p: SidePlan, params: Params, out: Path, *, executor: Executor | Non
             "skills_digest": p.skills_digest, "served_models": served_models(rows),
             "limits": params.bench.limits.enforced(), "cells": scheduled, "rows": len(rows), "sequential": sequential,
             "simulator": noise.provenance() if noise else None, "replicate": params.sampling.replicate,
-            "results_sha256": sha256_bytes(results), "mac": None,
+            "results_sha256": sha256_bytes(results), "mac": None, "fault_reruns": payer.record(),
             "design": None if p.designs is None else {arm: d.to_dict() for arm, d in sorted(p.designs.items())},
             "cell_store": None if cells_store is None else {
                 "served": writer.served, "paid": len(rows) - writer.served, "stored": writer.stored,

@@ -167,8 +167,25 @@ def build_cells(p: SidePlan, bench: BenchParams, mdl: models.Model, scratch: Pat
     return [replace(cells[key], moment=p.moment, slot=slot) for slot, key in enumerate(order)]
 
 
-def interleaved(p: SidePlan) -> list[tuple[str, str, int]]:
+def rerun_cells(p: SidePlan, cells: list[CellSpec], blocks: list[tuple[str, int]]) -> list[CellSpec]:
+    """Each spoiled (task, run) block measured again whole, every arm in a fresh slot: run numbers past any the
+    side has used for the task, `replaces` naming the block it stands for (skillevo.core.controls.settle)."""
+    latest: dict[str, int] = {}
+    for cell in cells:
+        latest[cell.task.id] = max(latest.get(cell.task.id, 0), cell.run)
+    first = {(c.task.id, c.arm.name): c for c in cells if c.run == 1}
+    out = []
+    for task, replaced in blocks:
+        latest[task] = run = latest[task] + 1
+        slots = {cell: slot for slot, cell in enumerate(interleaved(p, run))}
+        block = [replace(first[(task, arm.name)], run=run, replaces=replaced, slot=slots[(task, arm.name, run)])
+                 for arm in (*p.controls, *p.arms)]
+        out += sorted(block, key=lambda c: c.slot or 0)
+    return out
+
+
+def interleaved(p: SidePlan, runs: int | None = None) -> list[tuple[str, str, int]]:
     """The candidate side's order (skillevo.core.controls.order, which the gate draws again from bench.json): the
     tasks and arms in the order bench.json lists them."""
     return controls_mod.order(p.overlay_digest, p.replicate, [task.id for task in p.tasks],
-                              [a.name for a in (*p.controls, *p.arms)], p.runs)
+                              [a.name for a in (*p.controls, *p.arms)], runs or p.runs)

@@ -14,6 +14,10 @@ controls`, a side whose rows were not measured so:
   in, first out), so within a block each cell starts no earlier than the one before it and no later than that
   one ended, each within SLACK_S (threads racing for a clock, a Ray node's scheduling). A control measured a
   day or a month before its candidate breaks this;
+- a re-run block (a block measured again because a harness or API fault spoiled it before the model answered,
+  `replaces` naming the run of the block it stands for) that replaces a block without such a fault, a block
+  replaced twice, a re-run inside the scheduled runs, or more re-run blocks than the side's budget (bench.json
+  `fault_reruns`);
 - results.jsonl that is not the file the bench wrote (bench.json's `results_sha256`), and, when a team key is
   set (SKILLEVO_CELL_KEY), a bench.json whose `mac` does not verify under it: without the key a forger who
   rewrites rows, times and bench.json together is not caught here, with it nobody without the key can.
@@ -22,6 +26,7 @@ controls`, a side whose rows were not measured so:
 from __future__ import annotations
 
 import hmac
+import math
 import random
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
@@ -30,6 +35,8 @@ from typing import Any
 
 from skillevo.core.digests import KEY_ENV, mac_of, team_key
 from skillevo.core.errors import BadInput
+from skillevo.core.events import USAGE_FIELDS
+from skillevo.core.results import is_excluded
 
 SLACK_S = 30.0
 RULE = "(rule: contemporaneous controls)"
@@ -57,6 +64,48 @@ def order(overlay_digest: str | None, replicate: int, tasks: Sequence[str], arms
             rng.shuffle(block)
             out += [(task, arm, run) for arm in block]
     return out
+
+
+Block = tuple[str, int]  # (task, run)
+
+
+def blind(row: Mapping[str, Any]) -> bool:
+    """A run lost to a harness or API fault before the model answered it anything (no token, no cost): the fault
+    could not depend on how the run was going, nor could the agent, which had not acted, provoke it. Only such a
+    fault leaves the statistics by a re-run; a fault later in a run may have struck because the run was long (a
+    loop hits more faults) or because the agent made it, so it keeps counting at its worst for the candidate."""
+    return is_excluded(row) and not row.get("cost_usd") and not any(row.get(f) for f in USAGE_FIELDS)
+
+
+def spoiled(rows: Sequence[Mapping[str, Any]]) -> list[Block]:
+    """Blocks holding a run lost blind (`blind`) that no re-run block replaces yet, in run order: what the bench
+    measures again (docs/gate.md, faults)."""
+    replaced = {(row["task"], row["replaces"]) for row in rows if row.get("replaces") is not None}
+    return sorted({(row["task"], row["run"]) for row in rows if blind(row)} - replaced,
+                  key=lambda block: (block[1], block[0]))
+
+
+def rerun_budget(pct: float, blocks: int) -> int:
+    """How many re-run blocks a side that scheduled `blocks` blocks may add (params bench.fault_reruns_pct)."""
+    return math.floor(pct * blocks / 100 + 1e-9)
+
+
+def settle(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """The candidate side as the statistics read it: each re-run block in the place of the block it replaces (its
+    rows carry that block's run), the replaced block's rows gone, so both arms of every block stay paired and the
+    rounds of the test keep the order they were measured in (a block is re-run inside the look that spoiled it).
+    Rows of a side without re-runs come back unchanged."""
+    blocks: dict[Block, list[Mapping[str, Any]]] = defaultdict(list)
+    for row in rows:
+        blocks[(row["task"], row["run"])].append(row)
+    home: dict[Block, int] = {}
+    for task, run in sorted((b for b, found in blocks.items() if found[0].get("replaces") is not None),
+                            key=lambda block: block[1]):
+        target = home.get((task, blocks[(task, run)][0]["replaces"]), blocks[(task, run)][0]["replaces"])
+        blocks[(task, target)] = [{**row, "run": target} for row in blocks.pop((task, run))]
+        home[(task, run)] = target
+    return sorted((dict(row) for found in blocks.values() for row in found),
+                  key=lambda r: (r["task"], r["arm"], r["run"]))
 
 
 def binding(rows_sha256: str, bench: Mapping[str, Any]) -> dict[str, Any]:
@@ -106,6 +155,35 @@ def check(bench: Mapping[str, Any], rows: Sequence[Mapping[str, Any]], rows_sha2
         blocks[(row["task"], row["run"])].append(row)
     for (task, run), block in sorted(blocks.items()):
         _check_window(sorted(block, key=lambda r: r["slot"]), f"{where}/results.jsonl: block {task}/run{run}")
+    _check_reruns(bench, blocks, f"{where}/results.jsonl")
+
+
+def _check_reruns(bench: Mapping[str, Any], blocks: Mapping[Block, Sequence[Mapping[str, Any]]], where: str) -> None:
+    """A re-run block stands for a block a fault spoiled, once, past the scheduled runs, within the budget."""
+    reruns = bench.get("fault_reruns") or {"pct": 0.0, "blocks": 0}
+    taken: set[Block] = set()
+    for (task, run), block in sorted(blocks.items(), key=lambda item: item[0][1]):
+        replaces = {row.get("replaces") for row in block}
+        if replaces == {None}:
+            continue
+        name = f"{where}: block {task}/run{run}"
+        if len(replaces) != 1 or None in replaces:
+            raise BadInput(f"{name}: its rows disagree on the block they replace ({sorted(map(str, replaces))}) "
+                           f"{RULE}")
+        (target,) = replaces
+        if run <= bench["runs"] or not 1 <= target < run:
+            raise BadInput(f"{name}: replaces run {target}, but a re-run block is numbered past the side's "
+                           f"{bench['runs']} scheduled runs and after the block it replaces {RULE}")
+        if not any(blind(row) for row in blocks.get((task, target), ())):
+            raise BadInput(f"{name}: replaces block {task}/run{target}, which no fault spoiled before the model "
+                           f"answered: only such a fault is measured again, never a run that counts {RULE}")
+        if (task, target) in taken:
+            raise BadInput(f"{name}: block {task}/run{target} is replaced twice {RULE}")
+        taken.add((task, target))
+    scheduled = len({b for b, block in blocks.items() if block[0].get("replaces") is None and b[1] <= bench["runs"]})
+    if len(taken) != reruns["blocks"] or len(taken) > rerun_budget(reruns["pct"], scheduled):
+        raise BadInput(f"{where}: {len(taken)} re-run blocks; bench.json's fault_reruns says {reruns['blocks']}, "
+                       f"at most {reruns['pct']:g}% of the {scheduled} scheduled blocks {RULE}")
 
 
 def _check_window(block: Sequence[Mapping[str, Any]], where: str) -> None:

@@ -118,7 +118,8 @@ def sequential_record(side: Side) -> Sequential | None:
     if record.stopped_at_look > len(looks) or (record.reason == "max" and not record.last):
         raise BadInput(f"{where}: stopped at look {record.stopped_at_look} of {len(looks)} for {record.reason!r}; "
                        "a side stops at a planned look, for 'max' at the last one only (rule: planned looks)")
-    reached = max((row["run"] for row in side.rows), default=None)
+    reached = max((row["run"] for row in side.rows if row.get("replaces") is None), default=None)  # re-runs:
+    # numbered past the schedule, they stand in a block of the look that spoiled it (skillevo.core.controls)
     if reached is not None and reached != record.runs:
         raise BadInput(f"{where}: look {record.stopped_at_look} is {record.runs} runs per cell but the rows reach "
                        f"run {reached} (rule: the rows stop at the stopped look)")

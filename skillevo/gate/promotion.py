@@ -138,7 +138,7 @@ def build_promotion(
     classes = {binding["id"]: binding["class"] for binding in bindings["task_bindings"]}
     # the decision compares each candidate arm with its control from the same side; the incumbent side's stored
     # runs (the proposer's evidence) never stand in for it
-    aggregates = aggregate(candidate.rows, classes, candidate_arms)
+    aggregates = aggregate(controls.settle(candidate.rows), classes, candidate_arms)  # re-run blocks in place
     decisions = decide(
         aggregates,
         policy,
