@@ -20,10 +20,10 @@ from __future__ import annotations
 
 import math
 import random
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 
-from skillevo.core import planned, sampling
-from skillevo.core.config import Policy, SamplingParams
+from skillevo.core import controls, planned, sampling
+from skillevo.core.config import BenchParams, Policy, SamplingParams
 from skillevo.core.results import MEDIAN_FIELDS, aggregate
 from skillevo.gate import decide_arm
 from skillevo.stats import betting
@@ -34,6 +34,7 @@ RUNS = (5, 10, 20)
 DESIGNS = ("interleaved", "separate", "unrandomised")
 BASE_P, BASE_CV = 0.9, 0.35
 WINDOW = 4  # consecutive cells that share a prompt cache state
+RERUN_PCT = next(f.default for f in fields(BenchParams) if f.name == "fault_reruns_pct")  # the bench's default
 GIVE_UP_COST = 0.1  # a run that gives up at once still pays its first turns: this share of its task's base
 
 
@@ -51,6 +52,7 @@ class Scenario:
     task_moment: float = 0.0  # sd of log cost shifted per (task, moment)
     warm: float = 0.0  # log cost a warm window saves (half the windows are warm)
     excluded: float = 0.0  # share of every arm's runs lost to harness faults
+    blind: bool = False  # those faults strike before the model answers (the bench measures their block again)
     long_faults: float = 0.0  # P(a run is lost to a fault) per unit of its cost relative to its task's base
     exclude_costliest: bool = False  # the candidate's costliest run per task turns into an excluded row
     warm_follow: float = 0.0  # log cost a cell saves when the cell before it ran the same task (a warm cache)
@@ -86,8 +88,12 @@ SCENARIOS = (
              what="the same mean dollars, a third cheaper a run but 10% of runs loop at 4-8x"),
     Scenario("warm after the same task 0.3", warm_follow=0.3,
              what="the candidate is the incumbent; a cell after one of its own task is 26% cheaper (a warm cache)"),
-    Scenario("20% cheaper, 10% faults", ratio=0.8, excluded=0.1,
-             what="20% cheaper per run; 10% of every arm's runs lost to faults the harness did not cause"),
+    Scenario("20% cheaper, 10% faults", ratio=0.8, excluded=0.1, blind=True,
+             what="20% cheaper per run; 10% of every arm's runs lost to faults before the model answered"),
+    Scenario("20% cheaper, 10% late faults", ratio=0.8, excluded=0.1,
+             what="20% cheaper per run; 10% of every arm's runs lost to faults after the run spent its cost"),
+    Scenario("blind faults", excluded=0.1, blind=True,
+             what="the candidate is the incumbent; 10% of every arm's runs lost before the model answered"),
     Scenario("10% cheaper", ratio=0.9, what="10% cheaper per run"),
     Scenario("20% cheaper", ratio=0.8, what="20% cheaper per run"),
 )
@@ -208,34 +214,68 @@ def bench_for(cell: Cell, plan: SamplingParams, rng: random.Random) -> tuple[lis
     """One simulated generation: the incumbent side, the design the gate draws from it, and the candidate side's
     rows under that design's cost caps (a run at its cap stops there, unresolved: the harness's rule)."""
     design = sampling.design(incumbent_rows(cell, plan, rng), cell.task_set, INCUMBENT, plan, "cost_usd")
-    return rows_for(cell, rng, {t: d.cap for t, d in design.tasks.items()}), design
+    return rows_for(cell, rng, {t: d.cap for t, d in design.tasks.items()},
+                    sampling.looks(plan) if plan.sequential.enabled else None), design
 
 
-def rows_for(cell: Cell, rng: random.Random, caps: dict[str, float] | None = None) -> list[dict]:
-    """One simulated bench: both arms, every task, `cell.runs` runs each, measured in `cell.design`'s order."""
+def rows_for(cell: Cell, rng: random.Random, caps: dict[str, float] | None = None,
+             looks: tuple[int, ...] | None = None) -> list[dict]:
+    """One simulated bench: both arms, every task, `cell.runs` runs each, measured in `cell.design`'s order. An
+    interleaved bench measures again, inside each of its `looks`, the blocks a fault spoiled before the model
+    answered, as the bench does (skillevo.core.controls, params bench.fault_reruns_pct)."""
     s = BY_NAME[cell.scenario]
     sigma, world = _sigma(cell.cv), _World(s, rng)
     index = {t: i for i, t in enumerate(TASKS)}
-    rows, previous = [], None
-    for task, arm, run, moment, slot in schedule(cell.design, cell.runs, rng, list(cell.task_set)):
+    rows: list[dict] = []
+    previous: list[str | None] = [None]
+
+    def measure(task: str, arm: str, run: int, moment: str, slot: int, replaces: int | None = None) -> None:
         base = TASKS[task]
         if arm == CANDIDATE:
             cost, ok = _candidate_run(s, index[task], base, cell.p, sigma, rng)
         else:
             cost, ok = base * _lognormal(rng, sigma), rng.random() < cell.p
-        cost *= math.exp(world.shift(moment, task, slot) - (s.warm_follow if previous == task else 0.0))
-        previous = task
+        cost *= math.exp(world.shift(moment, task, slot) - (s.warm_follow if previous[0] == task else 0.0))
+        previous[0] = task
         kind = None if ok else "oracle-failed"
         if caps is not None and cost >= caps[task]:
             cost, ok, kind = caps[task], False, "cost-cap"
         lost = rng.random() < s.excluded or (s.long_faults and rng.random() < s.long_faults * cost / base)
+        row = _row(task, arm, run, ok, kind, cost)
         if lost:
-            kind, ok = "infra-error", False
-        rows.append(_row(task, arm, run, ok, kind, cost))
+            row.update(error_kind="infra-error", resolved=False)
+            if s.blind and not s.long_faults:
+                row.update(dict.fromkeys(MEDIAN_FIELDS, 0.0), cost_usd=None)
+        rows.append({**row, "replaces": replaces})
+
+    order = schedule(cell.design, cell.runs, rng, list(cell.task_set))
+    done, slot, used, blocks = 0, len(order), 0, 0
+    latest = dict.fromkeys(cell.task_set, cell.runs)
+    for runs in (looks or (cell.runs,)):
+        for item in order:
+            if done < item[2] <= runs:
+                measure(*item)
+        look = {(t, r) for t in cell.task_set for r in range(done + 1, runs + 1)}
+        blocks += len(look)
+        while cell.design != "separate":
+            todo = [b for b in controls.spoiled(rows) if b in look][:max(controls.rerun_budget(
+                RERUN_PCT, blocks) - used, 0)]
+            if not todo:
+                break
+            used += len(todo)
+            for task, replaced in todo:
+                latest[task] += 1
+                look.add((task, latest[task]))
+                arms = [INCUMBENT, CANDIDATE]
+                rng.shuffle(arms)
+                for arm in arms:
+                    measure(task, arm, latest[task], "candidate", slot, replaced)
+                    slot += 1
+        done = runs
     if s.exclude_costliest:
         for task in cell.task_set:
             mine = [row for row in rows if row["task"] == task and row["arm"] == CANDIDATE]
-            worst = max(mine, key=lambda row: row["cost_usd"])
+            worst = max(mine, key=lambda row: row["cost_usd"] or 0.0)
             worst.update(error_kind="infra-error", resolved=False)
     return rows
 
@@ -249,7 +289,10 @@ def _row(task: str, arm: str, run: int, resolved: bool, kind: str | None, cost: 
 
 def decide(rows: list[dict], policy: Policy, sequential: dict | None = None, tasks=TASKS,
            design: betting.Design | None = None) -> str:
-    cells = aggregate(rows, dict.fromkeys(sorted({row["task"] for row in rows}), "study"), [INCUMBENT, CANDIDATE])
+    """The gate's decision on a bench's rows, re-run blocks in the place of the ones they replace (as the gate
+    reads a candidate side: skillevo.core.controls.settle)."""
+    cells = aggregate(controls.settle(rows), dict.fromkeys(sorted({row["task"] for row in rows}), "study"),
+                      [INCUMBENT, CANDIDATE])
     return decide_arm(cells, policy, benchmark_model="skillevo-study", incumbent_arm=INCUMBENT,
                       candidate_arm=CANDIDATE, sequential=sequential,
                       design=design if policy.policy == "per_resolved" else None)["decision"]
@@ -278,8 +321,9 @@ def stopped(rows: list[dict], plan: SamplingParams, design: betting.Design | Non
             ) -> tuple[list[dict], dict]:
     """A sequential interleaved bench: both arms' rows up to the look interim stopped at, and bench.json's record."""
     planned = sampling.looks(plan)
+    settled = controls.settle(rows)
     for look, runs in enumerate(planned, start=1):
-        seen = [row for row in rows if row["run"] <= runs]
+        seen = [row for row in settled if row["run"] <= runs]
         incumbent = [row for row in seen if row["arm"] == INCUMBENT]
         candidate = [row for row in seen if row["arm"] == CANDIDATE]
         action = sampling.interim(incumbent, candidate, {CANDIDATE: INCUMBENT}, look, plan,

@@ -66,6 +66,8 @@ CLAIMS = (
     (Cell("warm after the same task 0.3", "unrandomised", 14), "fixed"),  # the reference: order not randomised
     (Cell("hides its worst run", "interleaved", 14), "fixed"),
     (Cell("20% cheaper, 10% faults", "interleaved", 14), "fixed"),
+    (Cell("20% cheaper, 10% late faults", "interleaved", 14), "fixed"),
+    (Cell("blind faults", "interleaved", 14), "fixed"),
 )
 # where the preflight's stated power is set beside the study's: (p, CV, gate tasks), a 20% saving per run
 PREFLIGHT = ((0.85, 0.35, 4), (0.95, 0.35, 3), (0.85, 0.7, 4))
@@ -114,8 +116,9 @@ def main(argv: list[str] | None = None) -> int:
             headline = Cell("20% cheaper", "interleaved", plan.runs, p=0.85)  # the real case
             jobs = [(c, args.decisions, (policy, bootstrap), plan) for c, how in CLAIMS if how == "fixed"]
             study.claims = _map(pool, simulate, jobs, "claims")
-            sequential = [(c, args.decisions, policy, plan) for c in (headline, Cell("boundary", "interleaved",
-                                                                                    plan.runs, p=0.85))]
+            sequential = [(c, args.decisions, policy, plan) for c in (
+                headline, Cell("boundary", "interleaved", plan.runs, p=0.85),
+                Cell("20% cheaper, 10% faults", "interleaved", plan.runs, p=0.85))]
             study.headline = _map(pool, simulate_sequential, sequential, "claims (default schedule)")
         if "preflight" in parts:
             cells = [Cell("20% cheaper", "interleaved", plan.runs, p, cv, tasks)

@@ -342,3 +342,4 @@ def test_settle_follows_a_re_run_of_a_re_run_home():
     assert [(r["arm"], r["run"], r["cost_usd"]) for r in settled] == [("a", 1, 1), ("a", 2, 6), ("b", 1, 1),
                                                                        ("b", 2, 6)]
     assert settle(rows[:4]) == sorted(rows[:4], key=lambda r: (r["task"], r["arm"], r["run"]))
+    assert settle(settled) == settled  # the statistics' view is settled once and for all

@@ -13,7 +13,7 @@ import signal
 import sys
 import tempfile
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any
@@ -26,7 +26,8 @@ from skillevo.bench import canary, cellstore, harness, taskcheck
 from skillevo.bench.cell import CellResult, CellSpec
 from skillevo.bench.executor import Executor, LocalExecutor
 from skillevo.bench.report import write_report
-from skillevo.bench.sideplan import SidePlan, build_cells, rerun_cells
+from skillevo.bench.reruns import Payer
+from skillevo.bench.sideplan import SidePlan, build_cells
 from skillevo.core import controls, digests, documents, layout, models, safefs, sampling
 from skillevo.core.config import BenchParams, Params
 from skillevo.core.digests import canonical_json, framed_digest, sha256_bytes, sha256_json
@@ -238,54 +239,7 @@ def _looks(p: SidePlan, params: Params) -> tuple[int, ...]:
     return sampling.looks(params.sampling)
 
 
-class _Payer:
-    """Serves or pays for a batch of cells, and measures again, inside the same look, each block a fault spoiled
-    before the model answered (skillevo.core.controls.spoiled), up to params bench.fault_reruns_pct of the blocks
-    scheduled so far: the replaced block leaves the statistics (controls.settle), so the design stays balanced."""
-
-    def __init__(self, p: SidePlan, params: Params, cells: list[CellSpec], served: dict[str, CellResult],
-                 writer: _Writer, runner: Executor, cancel: threading.Event,
-                 serve: Callable[[list[CellSpec]], dict[str, CellResult]]) -> None:
-        self.p, self.pct, self.cells, self.served = p, params.bench.fault_reruns_pct, list(cells), served
-        self.writer, self.runner, self.cancel, self.serve = writer, runner, cancel, serve
-        self.blocks = self.reruns = 0
-
-    def pay(self, batch: list[CellSpec]) -> int:
-        """Returns how many cells were scheduled: the batch and its re-runs."""
-        self._measure(batch)
-        scheduled = len(batch)
-        if self.p.side != "candidate":
-            return scheduled
-        self.blocks += len({(c.task.id, c.run) for c in batch})
-        while not (self.cancel.is_set() or self.writer.outage):
-            room = controls.rerun_budget(self.pct, self.blocks) - self.reruns
-            todo = controls.spoiled(self.writer.rows)[:max(room, 0)]
-            if not todo:
-                break
-            again = rerun_cells(self.p, self.cells, todo)
-            self.cells += again
-            self.reruns += len(todo)
-            self.served.update(self.serve(again))
-            self.writer.bar.total += len(again)
-            self.writer.bar.refresh()
-            tqdm.write(f"bench: {len(todo)} block(s) lost to a fault before the model answered, measured again "
-                       f"({self.reruns} of the budget's {controls.rerun_budget(self.pct, self.blocks)}): "
-                       + ", ".join(f"{t}/run{r}" for t, r in todo), file=sys.stderr)
-            self._measure(again)
-            scheduled += len(again)
-        return scheduled
-
-    def _measure(self, batch: list[CellSpec]) -> None:
-        for cell in batch:
-            if cell.name in self.served:
-                self.writer(cell, self.served[cell.name], served=True)
-        self.runner.run([c for c in batch if c.name not in self.served], self.writer, self.cancel)
-
-    def record(self) -> dict[str, Any] | None:
-        return {"pct": self.pct, "blocks": self.reruns} if self.p.side == "candidate" else None
-
-
-def _run_looks(p: SidePlan, params: Params, cells: list[CellSpec], looks: tuple[int, ...], payer: _Payer,
+def _run_looks(p: SidePlan, params: Params, cells: list[CellSpec], looks: tuple[int, ...], payer: Payer,
                writer: _Writer, cancel: threading.Event, quiet: bool) -> tuple[int, dict[str, Any] | None]:
     """Serve or pay for the cells look by look (candidate cells and their controls together); after each look but
     the last, sampling.interim compares the candidate arms with their contemporaneous controls and says whether
@@ -357,7 +311,8 @@ def run_side(p: SidePlan, params: Params, out: Path, *, executor: Executor | Non
                 writer.replace |= gone
                 return {c.name: r for c, r in found}
 
-            payer = _Payer(p, params, cells, {c.name: r for c, r in served}, writer, runner, cancel, serve)
+            payer = Payer(p, params, cells, {c.name: r for c, r in served}, writer, runner, cancel, serve,
+                          quiet)
             try:
                 scheduled, sequential = _run_looks(p, params, cells, looks, payer, writer, cancel, quiet)
             finally:

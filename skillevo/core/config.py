@@ -144,7 +144,7 @@ class BenchParams:
     limits: Limits
     max_consecutive_failures: int = 5  # systemic failures in a row that stop a side (skillevo.bench.side)
     max_excluded_pct: float = 20.0  # more excluded rows than this fail the side
-    fault_reruns_pct: float = 25.0  # candidate side: blocks a fault spoiled measured again, % of scheduled blocks
+    fault_reruns_pct: float = 50.0  # candidate side: blocks a fault spoiled measured again, % of scheduled blocks
     canary: bool = False  # a reused incumbent arm pays one stored cell again (skillevo/bench/canary.py)
     canary_tolerance: float = 1.5  # how far outside the stored runs' range a canary's metric may lie
 

@@ -94,7 +94,7 @@ def settle(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     """The candidate side as the statistics read it: each re-run block in the place of the block it replaces (its
     rows carry that block's run), the replaced block's rows gone, so both arms of every block stay paired and the
     rounds of the test keep the order they were measured in (a block is re-run inside the look that spoiled it).
-    Rows of a side without re-runs come back unchanged."""
+    Settled rows replace nothing (settling twice changes nothing); a side without re-runs comes back unchanged."""
     blocks: dict[Block, list[Mapping[str, Any]]] = defaultdict(list)
     for row in rows:
         blocks[(row["task"], row["run"])].append(row)
@@ -102,7 +102,7 @@ def settle(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     for task, run in sorted((b for b, found in blocks.items() if found[0].get("replaces") is not None),
                             key=lambda block: block[1]):
         target = home.get((task, blocks[(task, run)][0]["replaces"]), blocks[(task, run)][0]["replaces"])
-        blocks[(task, target)] = [{**row, "run": target} for row in blocks.pop((task, run))]
+        blocks[(task, target)] = [{**row, "run": target, "replaces": None} for row in blocks.pop((task, run))]
         home[(task, run)] = target
     return sorted((dict(row) for found in blocks.values() for row in found),
                   key=lambda r: (r["task"], r["arm"], r["run"]))
