@@ -46,7 +46,7 @@ from skillevo.freeze import freeze
 from skillevo.gate import build_promotion, load_freeze
 
 ROOT = Path(__file__).resolve().parents[1]
-RUNS = 16  # ours: the most candidate runs per (task, arm): 3 gate tasks x 14 reach gate.min_total_runs 40
+RUNS = config.load(ROOT / "params.yaml").sampling.runs  # ours: the default schedule's most candidate runs per cell
 INCUMBENT_RUNS = 5  # the incumbent side's runs per (task, arm): params.yaml's sampling.incumbent_runs
 GATE_TASKS = 3
 POWER_CELL = ("20% cheaper", 0.9, 0.2)  # the study model's nearest cell: p about 0.9, CV about 0.1-0.2
@@ -139,7 +139,7 @@ def fixed_runs_for_equal_power(decisions: int = 600) -> tuple[int, float, dict[i
     cell = gate_model.Cell(name, "interleaved", RUNS, p, cv)
     _, rates = gate_model.simulate_sequential((cell, decisions, policy, plan))
     powers = {}
-    for runs in range(floor, RUNS + 1):
+    for runs in range(floor, RUNS + 1, 2):
         _, (power,) = gate_model.simulate((dataclasses.replace(cell, runs=runs), decisions, (policy,)))
         powers[runs] = power
         if power >= rates.spending:

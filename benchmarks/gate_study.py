@@ -28,7 +28,6 @@ alpha + 3 standard errors.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import math
 import sys
 from collections.abc import Callable, Iterable
@@ -52,7 +51,6 @@ from benchmarks.gate_model import (
 )
 from benchmarks.gate_study_report import Study, write
 from skillevo.core import config
-from skillevo.core.config import SamplingParams
 
 PARTS = ("claims", "preflight", "grid", "robust", "power", "sequential", "evolve")
 # the cases issue 29 names, each at the configuration it names: (cell, how it is run)
@@ -99,12 +97,11 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         parser.error(f"unknown parts {unknown}; known: {', '.join(PARTS)}")
     params = config.load(args.params)
-    # the test by betting at its schedule (docs/gate.md): what every part measures first; the bootstrap-t test
-    # (gate.test: bootstrap) beside it in the claims, the geometric test beside it in the grid
-    policy = {**params.gate.to_dict(), "policy": "per_resolved", "test": "betting", "min_total_runs": 12}
+    # the test by betting at params.yaml's schedule (docs/gate.md): what every part measures first; the bootstrap-t
+    # test (gate.test: bootstrap) beside it in the claims, the geometric test beside it in the grid
+    policy = {**params.gate.to_dict(), "policy": "per_resolved", "test": "betting"}
     bootstrap = {**params.gate.to_dict(), "policy": "per_resolved", "test": "bootstrap"}
     geometric = {**params.gate.to_dict(), "policy": "geometric"}
-    params = dataclasses.replace(params, sampling=betting_schedule(params.sampling))
     if args.reduced:
         args.runs, parts = "10,20", [p for p in parts if p in ("claims", "preflight", "grid", "power", "sequential")]
     study = Study(args.decisions, config.Policy.from_dict(policy), params.sampling,
@@ -167,13 +164,6 @@ def main(argv: list[str] | None = None) -> int:
               f"({figures['worst']})", file=sys.stderr)
         return 1
     return 0
-
-
-def betting_schedule(plan: SamplingParams) -> SamplingParams:
-    """The schedule the test by betting runs at (docs/gate.md): looks of 6, 8, ... up to 48 runs a task, futility at
-    a p-value over 0.9, 12 runs an arm before the estimate is stated."""
-    return dataclasses.replace(plan, runs=48, sequential=dataclasses.replace(
-        plan.sequential, enabled=True, first=6, batch=2, futility_p_value=0.9, min_total_runs=12))
 
 
 def _map(pool: ProcessPoolExecutor, fn: Callable[[Any], tuple[Any, Any]], jobs: Iterable[Any], what: str

@@ -41,9 +41,9 @@ def test_a_damaged_description_is_kept_out_by_the_auto_arm(tmp_path):
     # keep it short (the gate reads only the candidate side, each arm beside its control; the incumbent side is
     # bound, not measured), so the resolution margin is widened to what 9 runs per arm can bound (the demo's 20
     # points need 14), and the gate is told to trust a cost test on 9 runs an arm (the demo's 40 guard against
-    # tails this test is not about)
+    # tails this test is not about), by the bootstrap-t test (3 rounds are too few for the test by betting)
     p = params(runs=3, simulator={"noise": "demo", "seed": 0}, sampling={"incumbent_runs": 1},
-               gate={"max_resolution_drop_pct": 40, "min_total_runs": 9},
+               gate={"max_resolution_drop_pct": 40, "min_total_runs": 9, "test": "bootstrap"},
                tasks={"gate": ["ledger-currencies", "ledger-discount-tax", "textstats-sentence-length"],
                       "evidence": ["textstats-unique-words"]})
     incumbent = plan("incumbent", TASKS, ROOT / "skills", None, p)

@@ -50,6 +50,7 @@ def _install(clone: Path) -> None:
     config.set_value(clone / "params.yaml", "sampling", "incumbent_runs", 1)
     config.set_value(clone / "params.yaml", "gate", "max_resolution_drop_pct", 40)
     config.set_value(clone / "params.yaml", "gate", "min_total_runs", 9)  # the tails rule, at this test's size
+    config.set_value(clone / "params.yaml", "gate", "test", "bootstrap")  # 3 rounds: too few for betting
     (clone / "tasks/playbooks/demo.yaml").write_text(yaml.safe_dump(playbook(), sort_keys=False))
     make(clone, "modes")
     run(["git", "-c", "user.name=t", "-c", "user.email=t@t", "add", "-A"], clone)

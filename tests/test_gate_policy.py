@@ -106,8 +106,8 @@ def test_params_defaults_and_overrides(tmp_path: Path):
     params.write_text(ARMS, encoding="utf-8")
     assert load_policy(params) == DEFAULT
     assert DEFAULT.to_dict() == {
-        "policy": "per_resolved", "metric": "cost_usd", "min_runs": 3, "min_total_runs": 40, "alpha": 0.05,
-        "test": "bootstrap",
+        "policy": "per_resolved", "metric": "cost_usd", "min_runs": 3, "min_total_runs": 12, "alpha": 0.05,
+        "test": "betting",
         "min_improvement_pct": 5.0,
         "quality_alpha": 0.1, "max_resolution_drop_pct": 20.0,
         "max_task_regression_pct": 20.0, "max_failed_task_regression_pct": 100.0, "min_gated_task_ratio": 0.5,

@@ -244,7 +244,8 @@ def test_below_min_total_runs_only_a_significant_drop_answers():
      "insufficient_evidence", "t: cost_usd is zero in 1 valid run(s)"),
     ("one run each cannot show a spread", {"t": ([1.0], [0.5])}, {}, {"min_runs": 1, "min_total_runs": 1},
      "insufficient_evidence", "the spread of cost_usd cannot be estimated"),
-    ("too few runs to bound a drop", {"t": ([1.0, 1.1, 0.9] * 4, [0.5, 0.55, 0.45] * 4)}, {}, FEW,
+    ("too few runs to bound a drop", {"t": ([1.0, 1.1, 0.9] * 4, [0.5, 0.55, 0.45] * 4)}, {},
+     {**FEW, "test": "bootstrap"},
      "insufficient_evidence", "even with every run resolved it takes at least 14 valid runs per arm"),
     ("too few runs to bet against a drop", {"t": ([1.0, 1.1, 0.9] * 4, [0.5, 0.55, 0.45] * 4)}, {},
      {**FEW, "test": "betting"}, "insufficient_evidence",
@@ -338,7 +339,8 @@ def test_an_excluded_run_must_not_flatter_the_candidate():
     dropped = {task: (inc[:10], k) for (task, (inc, _)), k in zip(tasks.items(), kept, strict=True)}
     assert decide(cells(dropped), max_resolution_drop_pct=100, quality_alpha=1e-9, test="betting")["decision"] \
         == "promote"
-    bootstrap = decide(cells(tasks, cand_kinds=lost), max_resolution_drop_pct=100, quality_alpha=1e-9)
+    bootstrap = decide(cells(tasks, cand_kinds=lost), max_resolution_drop_pct=100, quality_alpha=1e-9,
+                       test="bootstrap")
     assert bootstrap["decision"] == "keep_incumbent" and bootstrap["exclusion_bound"]["imputed_candidate_runs"] == 4
 
 

@@ -63,11 +63,10 @@ def sessions(log: Path) -> int:
     return len(log.read_text().splitlines()) if log.exists() else 0
 
 
-# The module's generation is the demo with its auto arm alone (one session a run), at 6 candidate runs a task (3
-# on the incumbent side), with the gate's tails rule sized to it: the mechanics below need a promotion, not the full
-# demo's power or every arm (the workflow arm's generations: test_pipeline_evolve.py, test_pipeline_noise.py), and
-# CI has 30 minutes on 2 cores.
-SMALL = {("sampling", "runs"): 6, ("sampling", "incumbent_runs"): 3, ("gate", "min_total_runs"): 18}
+# The module's generation is the demo with its auto arm alone (one session a run) and 3 incumbent runs a task, on
+# the default schedule: looks of 6, 8, ... up to 48 candidate runs a task, the test by betting deciding at each (the
+# workflow arm's generations: test_pipeline_evolve.py, test_pipeline_noise.py); CI has 30 minutes on 2 cores.
+SMALL = {("sampling", "incumbent_runs"): 3}
 
 
 def small_demo(clone: Path) -> None:
@@ -94,15 +93,20 @@ def test_fresh_clone_make_demo_promotes_the_candidate_without_the_wasteful_line(
     order = re.findall(r"Running stage '([^']+)'", demo["output"])
     assert order == ["identity", "bench@incumbent", "preflight", "evidence", "propose", "freeze", "bench@candidate",
                      "gate"]  # identity first: every stage depends on its file
-    assert "preflight: 6 runs per (task, arm) on 3 gate task(s) detect a saving per resolved task of" in demo["output"]
+    assert "preflight: 48 runs per (task, arm) on 3 gate task(s) detect a saving per resolved task of" in demo["output"]
     promotion = json.loads((demo["clone"] / "results/gate/promotion.json").read_text())
     assert [(d["candidate_arm"], d["decision"]) for d in promotion["decisions"]] == [("candidate_auto", "promote")]
     assert promotion["backend"]["simulated"] is True
     frozen = (demo["clone"] / "results/freeze/overlay/work/SKILL.md").read_text()
     assert WASTEFUL not in frozen and WASTEFUL in (demo["clone"] / "skills/work/SKILL.md").read_text()
-    # incumbent: 4 tasks x 3 runs x 1 session; candidate: the 3 gate tasks x 6 runs, the candidate arm and its
-    # control; 1 proposer
-    assert demo["sessions"] == 4 * 3 + 3 * 6 * 2 + 1
+    # the looks stopped once the test by betting promoted, long before the schedule's 48 runs a task
+    looks = json.loads((demo["clone"] / "results/bench-candidate/bench.json").read_text())["sequential"]
+    assert looks["reason"] == "promote" and looks["looks"][0] == 6 and looks["looks"][-1] == 48
+    stopped = looks["looks"][looks["stopped_at_look"] - 1]
+    assert stopped < 24, looks
+    # incumbent: 4 tasks x 3 runs x 1 session; candidate: the 3 gate tasks x the stopped look's runs, the candidate
+    # arm and its control; 1 proposer
+    assert demo["sessions"] == 4 * 3 + 3 * stopped * 2 + 1
     report = (demo["clone"] / "results/gate/report.md").read_text()
     assert re.search(r"candidate_auto: promote\*\* — cost_usd per resolved task \d+\.\d% cheaper \(90% interval "
                      r"\d+\.\d% to \d+\.\d%", report), report[:600]

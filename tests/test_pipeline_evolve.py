@@ -95,11 +95,11 @@ def test_evolve_confirms_a_promotion_with_a_fresh_replicate_before_it_is_final(t
     clone = clone_of_worktree(tmp_path / "clone")
     doc = yaml.safe_load((clone / "params.yaml").read_text())
     # mechanics, not statistics: one arm (auto: one session a run), one gate task of 10 runs, and a gate told that
-    # 10 runs an arm are enough
+    # 10 runs an arm, at fixed runs, are enough for the bootstrap-t test (too few rounds for the test by betting)
     doc["arms"] = {"auto": doc["arms"]["auto"]}
     doc["sampling"].update(runs=10, incumbent_runs=2)
-    doc["gate"].update(min_total_runs=10, max_resolution_drop_pct=30)
-    doc["sampling"]["sequential"].update(min_total_runs=10, max_resolution_drop_pct=30)
+    doc["gate"].update(min_total_runs=10, max_resolution_drop_pct=30, test="bootstrap")
+    doc["sampling"]["sequential"].update(enabled=False, min_total_runs=10, max_resolution_drop_pct=30)
     doc["tasks"]["gate"], doc["tasks"]["evidence"] = doc["tasks"]["gate"][:1], [*doc["tasks"]["gate"][1:],
                                                                               *doc["tasks"]["evidence"]]
     (clone / "params.yaml").write_text(yaml.safe_dump(doc, sort_keys=False))

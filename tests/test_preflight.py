@@ -92,7 +92,7 @@ def _looks(runs: int, plan_saving_pct: float = 20, **sequential) -> Sampling:
 def test_the_planned_power_is_the_schedule_run_through_the_benchs_own_looks():
     tasks = ["g1", "g2", "g3", "g4"]
     rows = _resolving(noisy_rows(tasks, 5, 0.35), 10)
-    assert planned.planned_power(rows, tasks, _looks(16), Policy.from_dict({}), draws=4) is None  # bootstrap
+    assert planned.planned_power(rows, tasks, _looks(16), Policy.from_dict({"test": "bootstrap"}), draws=4) is None
     free = planned.planned_power(rows, tasks, _looks(16, plan_saving_pct=30), BETTING, draws=30)
     assert free["saving_pct"] == 30 and free["draws"] == 30 and free["arm"] == INCUMBENT
     assert 0.2 < free["power"] < 0.9 and 4 <= free["mean_runs"] <= 16
@@ -157,7 +157,7 @@ def test_the_stage_prints_and_writes_its_figures(tmp_path: Path, capsys):
     params = tmp_path / "params.yaml"
     params.write_text(yaml.safe_dump({"arms": {"workflow": {"sessions": [{"skill": "work", "prompt": "{prompt}"}]}},
                                       "sampling": {"runs": 4}, "tasks": {"gate": ["cheat", "greet"]},
-                                      "gate": {"min_total_runs": 40}}))
+                                      "gate": {"min_total_runs": 40, "test": "bootstrap"}}))
     out = tmp_path / "preflight.json"
     assert stage.main(["--incumbent", str(tmp_path / "inc"), "--tasks", str(tasks_file), "--params", str(params),
                        "--out", str(out)]) == 0

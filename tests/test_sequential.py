@@ -271,13 +271,14 @@ def test_preflight_warns_when_interim_and_the_gate_disagree():
     from skillevo.core.config import Policy
     policy = Policy.from_dict({"min_total_runs": 1, "alpha": 0.04, "test": "betting"})  # as plan() has it
     assert sampling.sequential_warnings(plan(), policy) == []
-    assert any("sampling.sequential.min_total_runs 1 is not the gate's 40" in w
+    assert any("sampling.sequential.min_total_runs 1 is not the gate's 12" in w
                for w in sampling.sequential_warnings(plan(), Policy.from_dict({})))
     assert any("gate.policy geometric with gate.test betting is not per_resolved's test by betting" in w
                for w in sampling.sequential_warnings(plan(), Policy.from_dict({"policy": "geometric", "test": "betting",
                                                                                 "min_total_runs": 1})))
     assert any("gate.test bootstrap is not per_resolved's test by betting" in w
-               for w in sampling.sequential_warnings(plan(), Policy.from_dict({"min_total_runs": 1, "alpha": 0.04})))
+               for w in sampling.sequential_warnings(plan(), Policy.from_dict({"min_total_runs": 1, "alpha": 0.04,
+                                                                                "test": "bootstrap"})))
     assert sampling.sequential_warnings(plan(enabled=False, alpha=0.2), policy) == []
     warnings = sampling.sequential_warnings(plan(alpha=0.05, metric="num_turns", first=2), policy)
     assert any("sampling.sequential.alpha 0.05 is not the gate's 0.04" in w for w in warnings)

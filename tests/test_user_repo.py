@@ -173,6 +173,7 @@ def test_init_check_repro_apply_revert_in_a_team_repository(team):
     # fewer runs than gate.min_total_runs, `check` says no candidate can be promoted
     params["sampling"].update(runs=6, incumbent_runs=3)
     params["gate"]["min_total_runs"] = 18
+    params["gate"]["test"] = "bootstrap"  # 6 rounds: too few for the test by betting (tests/test_pipeline.py)
     params["simulator"]["noise"] = "demo"  # the demo's spread, no mistakes: the test is of the path, not of luck
     (folder / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
     (folder / "tasks/oracles/test_example_oracle.py").unlink()
