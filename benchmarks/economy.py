@@ -139,8 +139,10 @@ def fixed_runs_for_equal_power(decisions: int = 600) -> tuple[int, float, dict[i
     cell = gate_model.Cell(name, "interleaved", RUNS, p, cv)
     _, rates = gate_model.simulate_sequential((cell, decisions, policy, plan))
     powers = {}
+    fixed = dataclasses.replace(plan, sequential=dataclasses.replace(plan.sequential, enabled=False))
     for runs in range(floor, RUNS + 1, 2):
-        _, (power,) = gate_model.simulate((dataclasses.replace(cell, runs=runs), decisions, (policy,)))
+        _, (power,) = gate_model.simulate((dataclasses.replace(cell, runs=runs), decisions, (policy,),
+                                           dataclasses.replace(fixed, runs=runs)))
         powers[runs] = power
         if power >= rates.spending:
             return runs, rates.spending, powers
