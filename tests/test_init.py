@@ -3,6 +3,7 @@ folder of its choosing, its skills and mirrors relative to its git root, never a
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
@@ -89,6 +90,60 @@ def test_init_never_overwrites_and_needs_git(tmp_path, capsys):
     (tmp_path / "plain").mkdir()
     assert init_cmd.main([str(tmp_path / "plain")]) == 2
     assert "not inside a git repository" in capsys.readouterr().err
+
+
+def _tree(root: Path) -> dict[str, bytes | str]:
+    return {p.relative_to(root).as_posix(): os.readlink(p) if p.is_symlink() else p.read_bytes() if p.is_file()
+            else "dir" for p in sorted(root.rglob("*")) if ".git" not in p.relative_to(root).parts}
+
+
+@pytest.mark.parametrize("link, target", [("evolve/tasks", "dir"), ("evolve/.gitignore", "file"),
+                                          (".dvcignore", "file"), ("evolve/previous", "dir"), ("evolve", "dir")])
+def test_init_writes_nothing_through_a_link(tmp_path, capsys, link, target):
+    """A repository's committed symlink does not make init a writer outside it: every path is checked before the
+    first byte is written (it once wrote through `evolve/tasks`, then stopped with dvc.yaml and params.yaml
+    written)."""
+    repo = _repo(tmp_path / "team")
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "held").write_text("not init's\n")
+    (repo / link).parent.mkdir(parents=True, exist_ok=True)
+    (repo / link).symlink_to(outside if target == "dir" else outside / "held")
+    before, outside_before = _tree(repo), _tree(outside)
+    assert init_cmd.main([str(repo / "evolve")]) == 2
+    assert "(rule: paths inside the repository)" in capsys.readouterr().err
+    assert _tree(repo) == before and _tree(outside) == outside_before  # nothing written, here or there
+
+
+@pytest.mark.parametrize("fails", ["a file", "the last ignore line"])
+def test_init_writes_all_or_nothing(tmp_path, monkeypatch, fails):
+    """A failure part way (a full disk, a dvc init that breaks) leaves the repository as it was: no half pipeline,
+    the team's own .dvcignore byte for byte, no .dvc of init's making."""
+    repo = _repo(tmp_path / "team")
+    (repo / ".dvcignore").write_text("team's own\n")
+    before = _tree(repo)
+    if fails == "a file":
+        real, calls = init_cmd.safefs.write_atomic, []
+
+        def write_atomic(path, data, **kw):
+            calls.append(path)
+            if len(calls) == 3:
+                raise OSError(28, "No space left on device")
+            real(path, data, **kw)
+        monkeypatch.setattr(init_cmd.safefs, "write_atomic", write_atomic)
+    else:
+        real_append = init_cmd._append_lines
+
+        def append(path, lines):
+            if path.name == ".dvcignore":
+                assert (repo / ".dvc").is_dir()  # dvc init ran: the undo must remove it
+                raise OSError(28, "No space left on device")
+            real_append(path, lines)
+        monkeypatch.setattr(init_cmd, "_append_lines", append)
+    with pytest.raises(OSError, match="No space left"):
+        init_cmd.init(repo / "evolve", None, None)
+    after = {rel: v for rel, v in _tree(repo).items() if v != "dir"}
+    assert after == {rel: v for rel, v in before.items() if v != "dir"}
 
 
 def test_the_params_init_writes_hold_every_key_dvc_yaml_names(tmp_path):

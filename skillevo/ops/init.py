@@ -10,7 +10,8 @@ family found in it, the root relative to DIR, every skill evolvable, an `auto` a
 the offline simulator), DIR/tasks/ with one worked example on this
 repository (fill it in; `skillevo check` says what is still wrong), DIR/skill-modes.json, and .gitignore and
 .dvcignore entries; runs `dvc init` at the git root when the repository has no DVC yet. Nothing it would
-overwrite is touched: an existing file is refused, one line each. Paths outside the git root are refused.
+overwrite is touched: an existing file is refused, one line each. Paths outside the git root, and any path it
+would write through a symlink, are refused before anything is written; it writes all or nothing.
 Then: `skillevo check`, `dvc repro` in DIR, `skillevo apply` there after a promotion.
 """
 
@@ -117,7 +118,7 @@ def found_mirrors(root: Path, skills: str, family: dict[str, bytes]) -> list[str
 
 def init(folder: Path, skills: str | None, mirrors: list[str] | None) -> list[Path]:
     """Write the pipeline into `folder`; returns what was written."""
-    root = _git_root(folder if folder.exists() else folder.parent)
+    root = _git_root(folder if folder.is_dir() and not folder.is_symlink() else folder.parent)
     folder = folder.resolve()
     if not folder.is_relative_to(root.resolve()):
         raise BadInput(f"{folder}: outside the repository {root} (rule: paths inside the repository)")
@@ -151,15 +152,57 @@ def init(folder: Path, skills: str | None, mirrors: list[str] | None) -> list[Pa
     taken = [str(p) for p in files if os.path.lexists(p)]
     if taken:
         raise BadInput(f"{', '.join(taken)}: already there; init never overwrites (rule: nothing lost)")
-    for path, data in files.items():
-        safefs.write_atomic(path, data)
-    _append_lines(folder / ".gitignore", GITIGNORE)
-    if not (root / ".dvc").is_dir():
-        done = subprocess.run([sys.executable, "-m", "dvc", "init", "-q"], cwd=root, capture_output=True, text=True)
-        if done.returncode != 0:
-            raise BrokenEnvironment(f"dvc init failed in {root}: {done.stderr.strip()[-500:]}")
-    _append_lines(root / ".dvcignore", DVCIGNORE)
+    gitignore, dvcignore = folder / ".gitignore", root.resolve() / ".dvcignore"
+    for path in [*files, gitignore, dvcignore, root.resolve() / ".dvc"]:
+        _own(root.resolve(), path)
+    _write_all(files, gitignore, dvcignore, root)
     return sorted(files)
+
+
+def _own(root: Path, path: Path) -> None:
+    """Refuse, before anything is written, a path init would write through a link or outside the repository: a
+    repository's committed symlink (`evolve/tasks -> /etc`) must not make init a writer of the link's target."""
+    try:
+        parts = safefs.plain_parts(path.relative_to(root).as_posix(), str(path))
+        fd, found = safefs.open_existing_below(root, parts[:-1], str(root))
+    except (BadInput, ValueError) as e:
+        raise BadInput(f"{path}: init writes nothing through a link or outside the repository {root} ({e}) "
+                       "(rule: paths inside the repository)") from None
+    try:
+        if found == len(parts) - 1 and os.path.islink(path):
+            raise BadInput(f"{path}: a symlink; init writes nothing through a link (rule: paths inside the "
+                           "repository)")
+    finally:
+        os.close(fd)
+
+
+def _write_all(files: dict[Path, bytes], gitignore: Path, dvcignore: Path, root: Path) -> None:
+    """Every file, the ignore lines and `dvc init`, or none of them: a failure part way undoes what was written."""
+    before = {path: path.read_bytes() if path.is_file() else None for path in (gitignore, dvcignore)}
+    written: list[Path] = []
+    dvc_made = not (root / ".dvc").is_dir()
+    try:
+        for path, data in files.items():
+            safefs.write_atomic(path, data)
+            written.append(path)
+        _append_lines(gitignore, GITIGNORE)
+        if dvc_made:
+            done = subprocess.run([sys.executable, "-m", "dvc", "init", "-q"], cwd=root, capture_output=True,
+                                  text=True)
+            if done.returncode != 0:
+                raise BrokenEnvironment(f"dvc init failed in {root}: {done.stderr.strip()[-500:]}")
+        _append_lines(dvcignore, DVCIGNORE)
+    except BaseException:
+        for path in written:
+            path.unlink(missing_ok=True)
+        for path, data in before.items():
+            if data is None:
+                path.unlink(missing_ok=True)
+            else:
+                safefs.write_atomic(path, data)
+        if dvc_made and (root / ".dvc").is_dir() and not (root / ".dvc").is_symlink():
+            safefs.remove_tree(root / ".dvc")
+        raise
 
 
 def parser() -> argparse.ArgumentParser:
