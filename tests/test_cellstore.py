@@ -133,12 +133,18 @@ def _copy_store(store: Path, tmp_path: Path) -> Path:
     return dest
 
 
+def _head(store: cellstore.Store, k: str) -> bytes:
+    """A stored entry's first line: its format and MAC."""
+    return store.path(k).read_bytes().partition(b"\n")[0]
+
+
 def _entry(store: cellstore.Store, k: str) -> dict:
-    return json.loads(gzip.decompress(store.path(k).read_bytes()))
+    return json.loads(gzip.decompress(store.path(k).read_bytes().partition(b"\n")[2]))
 
 
 def _write(store: cellstore.Store, k: str, entry: dict) -> None:
-    store.path(k).write_bytes(gzip.compress(canonical_json(entry)))
+    """The entry's body replaced under its old first line: an edit made without the key."""
+    store.path(k).write_bytes(_head(store, k) + b"\n" + gzip.compress(canonical_json(entry)))
 
 
 def _tamper(entry: dict, how: str, other: dict) -> dict:
@@ -254,10 +260,10 @@ def test_push_and_pull_through_the_dvc_remote(stored, tmp_path):
     # a forged entry on the remote is dropped on the way in: edited, and one re-checked whole but unkeyed
     forged, unsigned = sorted(mine.keys())[:2]
     remote_path = Path(base) / cellstore.ENTRIES / forged[:2] / f"{forged}{cellstore.SUFFIX}"
-    remote_path.write_bytes(gzip.compress(canonical_json(_tamper(_entry(mine, forged), "cost", {}))))
-    without_mac = {field: value for field, value in _entry(mine, unsigned).items() if field != "mac"}
+    remote_path.write_bytes(_head(mine, forged) + b"\n"
+                            + gzip.compress(canonical_json(_tamper(_entry(mine, forged), "cost", {}))))
     (Path(base) / cellstore.ENTRIES / unsigned[:2] / f"{unsigned}{cellstore.SUFFIX}").write_bytes(
-        gzip.compress(canonical_json(without_mac)))
+        cellstore.encode(unsigned, _entry(mine, unsigned), None))
     assert cellstore.pull(cellstore.Store(tmp_path / "nokey"), *cellstore.remote(repo, None, "pull"),
                           quiet=True) == (0, 6)  # without the key, nothing is fetched
     theirs = cellstore.Store(tmp_path / "theirs", SECRET)

@@ -1,6 +1,7 @@
 """What the cell store serves, it can vouch for: under a team key (SKILLEVO_CELL_KEY) every entry carries an HMAC
-of its whole content, and an entry that is forged, edited, written without the key, breaks a row rule or holds a
-time this harness cannot read is a miss (paid again and replaced), never a refusal of the bench."""
+of its key and stored bytes, checked before anything is decompressed or parsed, and an entry that is forged,
+edited, written without the key, breaks a row rule or holds a time this harness cannot read is a miss (paid again
+and replaced), never a refusal of the bench."""
 
 from __future__ import annotations
 
@@ -29,18 +30,21 @@ def _cell(run: int = 1, **fields) -> tuple[str, dict, CellResult]:
 
 
 def _raw(store: cellstore.Store, k: str) -> dict:
-    return json.loads(gzip.decompress(store.path(k).read_bytes()))
+    """A stored entry's JSON: the body after its first line (the format and the MAC)."""
+    return json.loads(gzip.decompress(store.path(k).read_bytes().partition(b"\n")[2]))
 
 
 def _rewrite(store: cellstore.Store, k: str, entry: dict) -> None:
-    store.path(k).write_bytes(gzip.compress(canonical_json(entry)))
+    """The entry's body replaced under its old first line: an edit made without the key."""
+    head = store.path(k).read_bytes().partition(b"\n")[0]
+    store.path(k).write_bytes(head + b"\n" + gzip.compress(canonical_json(entry)))
 
 
 def test_a_keyed_store_serves_only_entries_that_verify_under_its_key(tmp_path):
     store = cellstore.Store(tmp_path / "store", SECRET)
     k, mat, result = _cell()
     assert store.put(k, mat, result) is True
-    assert store.read(k)["row"]["resolved"] is True and "mac" in _raw(store, k)
+    assert store.read(k)["row"]["resolved"] is True and store.path(k).read_bytes().startswith(cellstore.MAGIC)
     flipped = _raw(store, k)  # the resolution flipped, consistently with every other field and the rules
     flipped["row"].update(resolved=False, oracle_passed=False, error_kind="oracle-failed", error_detail="x")
     _rewrite(store, k, flipped)
@@ -75,6 +79,37 @@ def test_an_entry_that_breaks_a_row_rule_is_a_miss_not_a_refusal(tmp_path, how, 
     with pytest.raises(cellstore.Miss, match=rule):
         store.read(k)
     assert store.gc(90)["damaged"] == 1 and list(store.keys()) == []
+
+
+@pytest.mark.parametrize("how", ["forged", "renamed", "an older format"])
+def test_an_entry_is_authenticated_on_its_bytes_before_anything_is_decompressed_or_parsed(tmp_path, monkeypatch,
+                                                                                           how):
+    """A remote entry was parsed before its MAC was checked: 32 MiB of forged JSON took 892 MB to refuse. Now the
+    MAC of the entry's key and stored bytes is checked first, so a forged, renamed or old-format entry is refused
+    with the gzip reader and the JSON parser never called."""
+    store = cellstore.Store(tmp_path / "store", SECRET)
+    k, mat, result = _cell()
+    k2, mat2, result2 = _cell(run=2)
+    store.put(k, mat, result)
+    store.put(k2, mat2, result2)
+    raw = store.path(k).read_bytes()
+    if how == "forged":  # a body that would expand to 512 MiB under the old first line
+        bomb = gzip.compress(b" " * (512 << 20), compresslevel=9)
+        store.path(k).write_bytes(raw.partition(b"\n")[0] + b"\n" + bomb)
+    elif how == "renamed":  # another cell's entry, whole and authentic, filed under this key
+        store.path(k).write_bytes(store.path(k2).read_bytes())
+    else:  # the format before this one: gzip JSON with the MAC inside, which had to be parsed to be checked
+        store.path(k).write_bytes(raw.partition(b"\n")[2])
+
+    def never(*args, **kwargs):
+        raise AssertionError("decompressed or parsed before the MAC was checked")
+    monkeypatch.setattr(cellstore.gzip, "GzipFile", never)
+    monkeypatch.setattr(cellstore.documents, "parse_json", never)
+    rule = "rule: entry format" if how == "an older format" else "rule: authenticated entries"
+    with pytest.raises(cellstore.Miss, match=rule):
+        store.read(k)
+    monkeypatch.undo()
+    assert store.read(k2)["row"]["run"] == 2  # an authentic entry still reads
 
 
 def test_the_team_key_comes_from_the_environment_and_a_short_one_is_refused_unechoed(monkeypatch):

@@ -15,8 +15,9 @@ has a time that does not parse, or is older than `gate.max_age_days` (or dated i
 the cell is paid again and its entry replaced; nothing in an entry can make a bench refuse.
 
 With a team key in the environment (SKILLEVO_CELL_KEY, never in a file, argv or log), every entry carries an
-HMAC-SHA256 of its whole content under that key: an entry that does not verify (forged, edited, or written
-without the key) is a miss, `make pull` fetches only entries that verify, and `make push` sends only those.
+HMAC-SHA256 of its key and its stored bytes under that key, on the entry's first line, checked before anything is
+decompressed or parsed: an entry that does not verify (forged, edited, renamed, or written without the key) is a
+miss, `make pull` fetches only entries that verify, and `make push` sends only those.
 Without a key the local store is trusted as far as its filesystem, and nothing is shared. Its operator commands
 (ls, gc, push, pull) are skillevo.ops.cells.
 """
@@ -42,12 +43,14 @@ from tqdm import tqdm
 
 from skillevo.bench.cell import CellResult, CellSpec
 from skillevo.core import documents, pins, safefs
-from skillevo.core.digests import KEY_ENV, canonical_json, mac_of, sha256_bytes, sha256_json
+from skillevo.core.digests import KEY_ENV, canonical_json, mac_of_bytes, sha256_bytes, sha256_json
 from skillevo.core.errors import BadInput, BrokenEnvironment
 from skillevo.core.results import EXCLUDED_ERROR_KINDS, check_row, check_row_transcripts
 from skillevo.core.schemas import validate
 
-FORMAT = "skillevo-cell/1"
+FORMAT = "skillevo-cell/2"  # an entry: `FORMAT <mac or UNKEYED>\n` then gzip-compressed canonical JSON
+MAGIC = FORMAT.encode() + b" "
+UNKEYED = b"-" * 64  # the MAC's place in an entry written without a team key
 ENTRIES = "v1"
 SUFFIX = ".json.gz"
 MAX_ENTRY_BYTES = 64 << 20  # compressed, as stored
@@ -105,9 +108,10 @@ class Miss(Exception):
 
 
 class Store:
-    """A directory of entries `v1/<key[:2]>/<key>.json.gz`, each one gzip-compressed canonical JSON written
-    atomically, so a reader sees a whole entry or none, whoever was killed while writing it. `secret` is the team
-    key (team_key()): with it, entries are written with their HMAC and read only if it verifies."""
+    """A directory of entries `v1/<key[:2]>/<key>.json.gz`, each a line naming the format and the entry's MAC, then
+    gzip-compressed canonical JSON, written atomically, so a reader sees a whole entry or none, whoever was killed
+    while writing it. `secret` is the team key (team_key()): with it, entries are written with their HMAC and read
+    only if it verifies."""
 
     def __init__(self, root: Path, secret: bytes | None = None) -> None:
         self.root = Path(root)
@@ -140,9 +144,7 @@ class Store:
         arts = {rel: base64.b64encode(data).decode("ascii") for rel, data in sorted(result.artifacts.items())}
         entry = {"format": FORMAT, "key": k, "material": mat, "row": result.row, "artifacts": arts,
                  "stored_at": _now().isoformat(timespec="seconds")}
-        if self.secret is not None:
-            entry["mac"] = mac_of(self.secret, entry)
-        safefs.write_atomic(self.path(k), gzip.compress(canonical_json(entry), mtime=0))
+        safefs.write_atomic(self.path(k), encode(k, entry, self.secret))
         return True
 
     def read(self, k: str) -> dict[str, Any]:
@@ -259,11 +261,32 @@ def _remote_entries(fs: Any, base: str) -> set[str]:
     return names
 
 
+def encode(k: str, entry: Mapping[str, Any], secret: bytes | None) -> bytes:
+    """An entry's bytes: the format and the MAC of its key and body under `secret` on one line, then the body."""
+    body = gzip.compress(canonical_json(entry), mtime=0)
+    return MAGIC + (UNKEYED if secret is None else mac_of_bytes(secret, k.encode(), body).encode()) + b"\n" + body
+
+
+def _body(raw: bytes, path: Path, k: str, secret: bytes | None) -> bytes:
+    """The gzip body of an entry whose first line is this format's and, under `secret`, whose MAC verifies on the
+    stored bytes: nothing is decompressed or parsed before (a forged entry could be built to expand or to parse
+    slowly)."""
+    head, _, body = raw.partition(b"\n")
+    if not head.startswith(MAGIC) or len(head) != len(MAGIC) + len(UNKEYED):
+        raise Miss(f"{path}: not a {FORMAT} entry (an older format, or not an entry) (rule: entry format)")
+    mac = head[len(MAGIC):]
+    if secret is not None and not hmac.compare_digest(mac, mac_of_bytes(secret, k.encode(), body).encode()):
+        raise Miss(f"{path}: not authenticated under this team's key {KEY_ENV} (forged, edited, renamed, or written "
+                   "without it) (rule: authenticated entries)")
+    return body
+
+
 def _decode(raw: bytes, path: Path, k: str, secret: bytes | None) -> dict[str, Any]:
-    """An entry's bytes, checked whole: authenticated under `secret` when there is one, what it says it is, under
-    the key it is named by (Miss otherwise)."""
+    """An entry's bytes, checked whole: authenticated under `secret` when there is one (before anything is
+    parsed), what it says it is, under the key it is named by (Miss otherwise)."""
+    body = _body(raw, path, k, secret)
     try:
-        with gzip.GzipFile(fileobj=io.BytesIO(raw)) as z:
+        with gzip.GzipFile(fileobj=io.BytesIO(body)) as z:
             data = z.read(MAX_EXPANDED_BYTES + 1)
     except (OSError, EOFError, gzip.BadGzipFile) as e:
         raise Miss(f"{path}: not a gzip file ({e}) (rule: entry format)") from None
@@ -275,10 +298,6 @@ def _decode(raw: bytes, path: Path, k: str, secret: bytes | None) -> dict[str, A
         raise Miss(str(e)) from None
     if not isinstance(entry, dict) or entry.get("format") != FORMAT or entry.get("key") != k:
         raise Miss(f"{path}: not a {FORMAT} entry for key {k} (rule: entry format)")
-    mac = entry.pop("mac", None)
-    if secret is not None and not (isinstance(mac, str) and hmac.compare_digest(mac, mac_of(secret, entry))):
-        raise Miss(f"{path}: not authenticated under this team's key {KEY_ENV} (forged, edited, or written without "
-                   "it) (rule: authenticated entries)")
     if not isinstance(entry.get("material"), dict) or sha256_json(entry["material"]) != k:
         raise Miss(f"{path}: its key material does not hash to its key (rule: content address)")
     row = entry.get("row")

@@ -69,6 +69,15 @@ def team_key() -> bytes | None:
     return value.encode()
 
 
+def mac_of_bytes(secret: bytes, *parts: bytes) -> str:
+    """HMAC-SHA256 of exact bytes under the team key, each part framed by its length (no two splits collide):
+    checked before the bytes are decompressed or parsed."""
+    mac = hmac.new(secret, digestmod=hashlib.sha256)
+    for part in parts:
+        mac.update(len(part).to_bytes(8, "big") + part)
+    return mac.hexdigest()
+
+
 def mac_of(secret: bytes, value: Any) -> str:
     """HMAC-SHA256 of a JSON value's canonical form under the team key."""
     return hmac.new(secret, canonical_json(value), hashlib.sha256).hexdigest()
