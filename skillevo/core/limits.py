@@ -17,7 +17,7 @@ class Limits:
     memory_mb: int
     cpu_s: int
     disk_mb: int  # how much the workspace may grow
-    tmp_mb: int  # /tmp and HOME, each
+    tmp_mb: int  # /tmp, HOME and /dev/shm, each
     file_mb: int  # any one file
 
     def enforced(self) -> dict[str, dict[str, object]]:
@@ -28,7 +28,8 @@ class Limits:
             "memory_mb": {"value": self.memory_mb, "mechanism": f"{watch} (private resident memory)"},
             "cpu_s": {"value": self.cpu_s, "mechanism": f"{watch} (the whole tree); RLIMIT_CPU per process"},
             "disk_mb": {"value": self.disk_mb, "mechanism": "watchdog over the workspace's allocated blocks"},
-            "tmp_mb": {"value": self.tmp_mb, "mechanism": "tmpfs of this size for /tmp and HOME (bwrap --size)"},
+            "tmp_mb": {"value": self.tmp_mb, "mechanism": ("tmpfs of this size for /tmp, HOME and /dev/shm (bwrap "
+                                                           "--size); the root and /dev read-only")},
             "file_mb": {"value": self.file_mb, "mechanism": "RLIMIT_FSIZE"},
         }
 

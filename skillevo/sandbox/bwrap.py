@@ -2,7 +2,9 @@
 
 Everything a contained process can see is listed here: read-only system directories, a private HOME
 and /tmp, the workspace (the only writable tree), extra read-only mounts (the skills under test, the
-CLI binary), and an environment built from nothing. There is no network namespace shared with the
+CLI binary), and an environment built from nothing. The root and /dev are tmpfs mounts bubblewrap makes and
+cannot size, so both are remounted read-only once every mount point is in place: the writable tmpfs mounts are
+/tmp, HOME and /dev/shm, each of a fixed size. There is no network namespace shared with the
 host: the only way out is the model relay's Unix socket, when one is given.
 """
 
@@ -21,6 +23,7 @@ RELAY_SOCKET = f"{RELAY_DIR}/relay.sock"
 LAUNCHER = Path(__file__).resolve().parent / "launch.sh"  # every sandbox's first process
 LAUNCHER_DST = "/opt/skillevo/launch.sh"
 UID = GID = 1000
+SHM_MB = 64  # /dev/shm without per-cell limits (the preflight, the proposer); with them, bench.limits.tmp_mb
 
 _SYSTEM_DIRS = ("bin", "lib", "lib64", "lib32", "libx32", "sbin")
 _ETC_FILES = ("/etc/ld.so.cache", "/etc/nsswitch.conf", "/etc/localtime", "/etc/alternatives", "/etc/ssl")
@@ -105,7 +108,8 @@ def command(spec: SandboxSpec, argv: list[str], status_fd: int | None = None,
     for path in _ETC_FILES:
         args += ["--ro-bind-try", path, path]
     args += _identity_files(spec.private)
-    args += ["--proc", "/proc", "--dev", "/dev"]
+    shm = (spec.limits.tmp_mb if spec.limits is not None else SHM_MB) << 20
+    args += ["--proc", "/proc", "--dev", "/dev", "--size", str(shm), "--tmpfs", "/dev/shm", "--remount-ro", "/dev"]
     if spec.limits is None:
         args += ["--bind", str(spec.private / "tmp"), "/tmp", "--bind", str(spec.private / "home"), HOME]
     else:  # sized tmpfs mounts: a flood of /tmp or HOME fills this sandbox's memory quota, not the host's disk
@@ -118,6 +122,7 @@ def command(spec: SandboxSpec, argv: list[str], status_fd: int | None = None,
     for m in spec.mounts:
         args += ["--bind" if m.writable else "--ro-bind", str(m.src), m.dst]
     args += ["--ro-bind", str(LAUNCHER), LAUNCHER_DST]
+    args += ["--remount-ro", "/"]  # after the last mount point: nothing more is made on the unsized root
     env = dict(spec.env)
     if lifeline_fd is not None:
         env["SKILLEVO_LIFELINE_FD"] = str(lifeline_fd)
