@@ -56,6 +56,10 @@ CASES: dict[str, list[dict]] = {
     # 80 MB written below a path over PATH_MAX, where a path walk of the workspace never looks
     "hiddenflood": [*HONEST, {"bash": f"for i in $(seq 20); do mkdir {LONG} && cd {LONG} || exit 1; done; "
                                       "head -c 40M /dev/zero > a; head -c 40M /dev/zero > b; sleep 10"}],
+    # 80 MB into /dev/shm from a Bash tool call: there the CLI's inner sandbox has mounted a /dev of its own, a
+    # tmpfs nobody sized (the host's memory), where our /tmp and HOME are read-only
+    "tmpflood": [*HONEST, {"bash": "head -c 40M /dev/zero > /dev/shm/a; head -c 40M /dev/zero > /dev/shm/b; "
+                                   "sleep 10"}],
     "locked": [*HONEST, {"bash": "mkdir -p locked/inner && echo x > locked/inner/f && chmod 000 locked/inner/f "
                                  "locked/inner locked && ls -ld locked"}],
     # the code under test locks the oracle's report directory (writable, and the harness user's) as the oracle exits;
@@ -147,7 +151,7 @@ def _as_a_non_root_harness(monkeypatch) -> None:
 @pytest.mark.bwrap
 def test_what_an_agent_leaves_or_breaks_is_measured_at_its_cost(tmp_path, monkeypatch):
     _as_a_non_root_harness(monkeypatch)
-    results = _run(tmp_path, ["honest", "longpath", "locked", "breaks", "hiddenflood"])
+    results = _run(tmp_path, ["honest", "longpath", "locked", "breaks", "hiddenflood", "tmpflood"])
     honest = results["honest"].row
     assert honest["resolved"] is True and honest["error_kind"] is None, honest["error_detail"]
 
@@ -160,6 +164,10 @@ def test_what_an_agent_leaves_or_breaks_is_measured_at_its_cost(tmp_path, monkey
     hidden = _measured(results["hiddenflood"], "cell-limit")  # the watch saw it and stopped the session
     assert hidden["error_detail"].startswith("session 1 (auto): session stopped: disk: the workspace and the "
                                              "sandbox's other writable mounts grew by"), hidden["error_detail"]
+
+    tmpfs = _measured(results["tmpflood"], "cell-limit")  # what the tmpfs mounts hold counts: it is host memory
+    assert re.search(r"session stopped: disk: .* grew by \d+ MB, over bench.limits.disk_mb 64",
+                     tmpfs["error_detail"]), tmpfs["error_detail"]
 
     breaks = results["breaks"]  # the stream is read whole: an ordinary, resolved measurement
     assert breaks.row["resolved"] is True and breaks.row["error_kind"] is None, breaks.row["error_detail"]

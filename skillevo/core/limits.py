@@ -27,7 +27,8 @@ class Limits:
             "processes": {"value": self.processes, "mechanism": watch},
             "memory_mb": {"value": self.memory_mb, "mechanism": f"{watch} (private resident memory)"},
             "cpu_s": {"value": self.cpu_s, "mechanism": f"{watch} (the whole tree); RLIMIT_CPU per process"},
-            "disk_mb": {"value": self.disk_mb, "mechanism": "watchdog over the workspace's allocated blocks"},
+            "disk_mb": {"value": self.disk_mb, "mechanism": ("watchdog over the allocated blocks of the workspace "
+                                                             "and the other writable mounts, and every tmpfs inside")},
             "tmp_mb": {"value": self.tmp_mb, "mechanism": ("tmpfs of this size for /tmp, HOME and /dev/shm (bwrap "
                                                            "--size); the root and /dev read-only")},
             "file_mb": {"value": self.file_mb, "mechanism": "RLIMIT_FSIZE"},

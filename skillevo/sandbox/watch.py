@@ -5,16 +5,19 @@ cgroups are not available to a rootless container without delegation, and RLIMIT
 the user across all cells, so the limits a cell shares with nobody are enforced here:
 
 - kernel limits, inherited by every process in the sandbox: RLIMIT_FSIZE (one file) and RLIMIT_CPU (one
-  process), set by `prlimit` before bwrap starts; /tmp and HOME are tmpfs mounts of a fixed size (bwrap --size);
+  process), set by `prlimit` before bwrap starts; /tmp, HOME and /dev/shm are tmpfs mounts of a fixed size (bwrap
+  --size), the root and /dev read-only;
 - a watchdog over the sandbox's process tree and every host directory it may write (the workspace, the oracle's
   report directory, the relay's socket directory), polled while it runs: processes, private memory, CPU time of
-  the whole tree, and those directories' growth on disk. The first limit crossed stops the
+  the whole tree, and those directories' growth on disk with what the tmpfs mounts hold (host memory, read through
+  the sandbox's first process). The first limit crossed stops the
   whole sandbox and is reported, so the cell is a measured failure of its own making, never a neighbour's.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import threading
 import time
 from collections.abc import Callable
@@ -78,6 +81,42 @@ def _tree(root: int, max_age_s: float = 0.0) -> list[int]:
     return found
 
 
+def _mount_ns(pid: int) -> str | None:
+    try:
+        return os.readlink(f"/proc/{pid}/ns/mnt")
+    except OSError:
+        return None
+
+
+def _tmpfs_used(pids: list[int]) -> int:
+    """Bytes held by the tmpfs mounts the processes `pids` can see, each mount counted once (by its device), the
+    mount namespace this process runs in left out."""
+    own, namespaces, devices, used = _mount_ns(os.getpid()), set(), set(), 0
+    for pid in pids:
+        ns = _mount_ns(pid)
+        if ns is None or ns == own or ns in namespaces:
+            continue
+        namespaces.add(ns)
+        try:
+            with open(f"/proc/{pid}/mountinfo", "rb") as f:
+                lines = f.read().decode(errors="replace").splitlines()
+        except OSError:
+            continue
+        for line in lines:
+            fields = line.split()
+            rest = fields[fields.index("-") + 1:] if "-" in fields else []
+            if len(fields) < 5 or not rest or rest[0] != "tmpfs" or fields[2] in devices:
+                continue
+            point = re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), fields[4])  # mountinfo's escapes
+            try:
+                st = os.statvfs(f"/proc/{pid}/root{point}")
+            except OSError:
+                continue
+            devices.add(fields[2])
+            used += (st.f_blocks - st.f_bfree) * st.f_frsize
+    return used
+
+
 def _usage(pid: int) -> tuple[int, float] | None:
     """(private resident bytes, CPU seconds of the process and its reaped children)."""
     try:
@@ -98,12 +137,12 @@ class Watch:
     def __init__(self, limits: Limits, init: Callable[[], int | None], workspace: Path | None,
                  writable: tuple[Path, ...] = ()) -> None:
         """`workspace` and `writable` (every other host directory mounted writable: the oracle's report directory,
-        the relay's socket directory) share the disk limit: code in the sandbox can fill any of them."""
+        the relay's socket directory) share the disk limit with the sandbox's tmpfs mounts: code in the sandbox
+        can fill any of them."""
         self.limits, self._init = limits, init
         self.dirs = (*((workspace,) if workspace is not None else ()), *writable)
-        self.what = ("the workspace" if workspace is not None else "") + \
-            (" and the sandbox's other writable mounts" if workspace is not None and writable else
-             "the sandbox's writable mounts" if writable else "")
+        self.what = ("the workspace and the sandbox's other writable mounts" if workspace is not None else
+                     "the sandbox's writable mounts")
         self._baseline = self._allocated()
         self._next_proc = self._next_disk = 0.0
         self.crossed: str | None = None
@@ -117,13 +156,20 @@ class Watch:
             if now >= self._next_proc:
                 self._next_proc = now + PROC_POLL_S
                 self.crossed = self._check_processes()
-            if self.crossed is None and self.dirs and now >= self._next_disk:
+            if self.crossed is None and now >= self._next_disk:
                 self._next_disk = now + DISK_POLL_S
-                grown = self._allocated() - self._baseline
+                grown = self._allocated() - self._baseline + self._tmpfs()
                 if grown > self.limits.disk_mb << 20:
                     self.crossed = (f"disk: {self.what} grew by {grown >> 20} MB, over bench.limits.disk_mb "
                                     f"{self.limits.disk_mb}")
         return self.crossed
+
+    def _tmpfs(self) -> int:
+        """What every tmpfs in the sandbox holds (host memory): its own sized mounts and any a tool inside mounts
+        (the CLI's inner sandbox makes a /dev and scratch directories of its own, none sized), read through a
+        process of each mount namespace in the tree; the harness's own namespace is never read."""
+        init = self._init()
+        return 0 if init is None else _tmpfs_used(_tree(init, PROC_POLL_S / 2))
 
     def _check_processes(self) -> str | None:
         init = self._init()
