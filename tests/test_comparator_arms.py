@@ -5,6 +5,7 @@ The end-to-end test runs it through the real CLI in bwrap beside the family's ar
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 from pathlib import Path
 
@@ -94,6 +95,49 @@ def test_a_link_in_the_set_is_refused(tmp_path):
     _git(repo, "commit", "-qm", "a link")
     with pytest.raises(BadInput, match="not a plain file"):
         comparators.read(comparators.Comparator(str(repo), _git(repo, "rev-parse", "HEAD"), "skills"), tmp_path)
+
+
+def test_reading_a_comparator_runs_none_of_its_repositorys_filters(tmp_path):
+    """A third party's `.gitattributes` names a filter its own .git/config defines: `git archive` ran its smudge
+    command on the host. Read blob by blob, the bytes are the commit's and nothing runs."""
+    repo, _ = _third_party(tmp_path)
+    ran = tmp_path / "the-filter-ran"
+    (repo / ".gitattributes").write_text("*.md filter=evil\n")
+    _git(repo, "config", "filter.evil.smudge", f"sh -c 'touch {ran}; cat'")
+    _git(repo, "config", "filter.evil.clean", "cat")
+    _git(repo, "add", "-A")
+    _git(repo, "commit", "-qm", "a filter")
+    found = comparators.read(comparators.Comparator(str(repo), _git(repo, "rev-parse", "HEAD"), "skills"), tmp_path)
+    assert found.files["work/SKILL.md"].decode().startswith(SKILL) and not ran.exists()
+
+
+def test_a_comparator_over_its_size_is_refused_before_any_blob_is_read(tmp_path, monkeypatch):
+    """A 1 GiB file (1 MB in its repository) cost the host 2,086 MB and 23 s: the cap was checked after `git
+    archive`'s whole output was in memory. The tree's sizes are checked first now."""
+    repo, _ = _third_party(tmp_path)
+    with open(repo / "skills/work/huge.bin", "wb") as f:
+        f.truncate(64 << 20)  # zeros: a few KB once git compresses them
+    _git(repo, "add", "-A")
+    _git(repo, "commit", "-qm", "a huge file")
+
+    def never(*args):
+        raise AssertionError("a blob was read before the sizes were checked")
+    monkeypatch.setattr(comparators, "_blobs", never)
+    with pytest.raises(BadInput, match=r"over 4194304 bytes or 1000 files \(rule: size\)"):
+        comparators.read(comparators.Comparator(str(repo), _git(repo, "rev-parse", "HEAD"), "skills"), tmp_path)
+
+
+@pytest.mark.parametrize("path, rule", [
+    ("skills/../skills", "a comparator path is a plain relative directory"),
+    ("./skills", "a comparator path is a plain relative directory"),
+    ("skills//work", "a comparator path is a plain relative directory"),
+    (":(top)skills", "a comparator is a commit's tree"),  # no pathspec magic: a directory of that name, missing
+])
+def test_a_comparator_path_is_one_plain_relative_directory(tmp_path, path, rule):
+    """Such paths ended in an unexpected ValueError; each is a refusal naming its rule."""
+    repo, pinned = _third_party(tmp_path)
+    with pytest.raises(BadInput, match=f"rule: {re.escape(rule)}"):
+        comparators.read(comparators.Comparator(str(repo), pinned, path), tmp_path)
 
 
 def test_a_comparator_arm_is_never_evolved_and_names_its_own_skills(tmp_path):
