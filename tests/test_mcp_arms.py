@@ -1,7 +1,9 @@
 """MCP servers per arm, end to end: a skill that tells the agent to call an MCP tool is measured through the real
-CLI in bwrap, with the team's stdio server (a script in the target repository) started by the CLI inside the cell's
-sandbox. The arm that has the server resolves; the same skill in an arm without it has nothing to go on; both
-sessions' calls are counted in rows and transcripts, and the report names the runs that never called the tool."""
+CLI in bwrap, with the team's stdio server (a script in a folder of the team's repository, frozen when the side is
+planned) started by the CLI in a sandbox of its own inside the cell's. The arm that has the server resolves; the same
+skill in an arm without it has nothing to go on; both sessions' calls are counted in rows and transcripts, and the
+report names the runs that never called the tool. A hostile agent cannot rewrite the server for its next session,
+and the server cannot reach the model relay (issue 30, item 2)."""
 
 from __future__ import annotations
 
@@ -22,7 +24,8 @@ from tests.bench_fixtures import ROOT, params_doc
 # tool answers from the repository (so it runs where the workspace is) and writes where it ran (to show it runs
 # inside the sandbox, whose network namespace has only loopback).
 SERVER = r'''
-import json, os, socket, sys
+import glob, json, os, socket, sys
+ORIGIN = 'frozen server'
 def send(msg):
     sys.stdout.write(json.dumps(msg) + "\n"); sys.stdout.flush()
 for line in sys.stdin:
@@ -41,8 +44,19 @@ for line in sys.stdin:
             socket.create_connection(("1.1.1.1", 53), timeout=1).close(); net = "network"
         except OSError:
             net = "no network"
-        send({"jsonrpc": "2.0", "id": rid, "result": {"content": [
-              {"type": "text", "text": f"defined in {found[0] if found else 'nowhere'} ({net}, cwd {os.getcwd()})"}]}})
+        roads = []  # every way a process of the cell's sandbox could reach the model relay
+        try:
+            socket.create_connection(("127.0.0.1", 8787), timeout=1).close(); roads.append("loopback")
+        except OSError:
+            pass
+        for path in ["/run/skillevo/relay.sock", *glob.glob("/proc/*/root/run/skillevo/relay.sock")]:
+            try:
+                s = socket.socket(socket.AF_UNIX); s.settimeout(1); s.connect(path); s.close(); roads.append(path)
+            except OSError:
+                pass
+        relay = "relay via " + ",".join(roads) if roads else "no relay"
+        send({"jsonrpc": "2.0", "id": rid, "result": {"content": [{"type": "text", "text":
+              f"defined in {found[0] if found else 'nowhere'} ({net}, {relay}, cwd {os.getcwd()}, {ORIGIN})"}]}})
     elif rid is not None:
         send({"jsonrpc": "2.0", "id": rid, "error": {"code": -32601, "message": "no such method"}})
 '''
@@ -64,9 +78,13 @@ PLAYBOOK = {"schema_version": 1, "unskilled": "work", "instructions": [], "tasks
                    "content": "from pkg.greet import greet\n\n\ndef test_greet():\n    assert greet() == 'hello'\n"}},
         {"bash": "python3 -m pytest -q -p no:cacheprovider tests/test_greet.py"}]}}]}
 
-SERVER_ARMS = {"work": {"sessions": [{"skill": "work", "prompt": "Use the work skill. {prompt}"}],
-                        "mcp": {"codeindex": {"command": "python3", "args": ["tools/codeindex_mcp.py"]}}},
-               "work_nomcp": {"sessions": [{"skill": "work", "prompt": "Use the work skill. {prompt}"}]}}
+WORK = [{"skill": "work", "prompt": "Use the work skill. {prompt}"}]
+
+
+def server_arms(root: Path, sessions: list | None = None) -> dict:
+    """An arm with the codeindex server (its files in `root`/mcp/codeindex) and one with the same skill and none."""
+    server = {"command": "python3", "args": ["{dir}/codeindex_mcp.py"], "dir": str(root / "mcp/codeindex")}
+    return {"work": {"sessions": sessions or WORK, "mcp": {"codeindex": server}}, "work_nomcp": {"sessions": WORK}}
 
 
 def _tasks(root: Path) -> Path:
@@ -74,8 +92,8 @@ def _tasks(root: Path) -> Path:
     (tasks / "targets/greet/pkg").mkdir(parents=True)
     (tasks / "targets/greet/pkg/__init__.py").write_text("")
     (tasks / "targets/greet/pkg/greet.py").write_text('def greet():\n    return "hi"\n')
-    (tasks / "targets/greet/tools").mkdir()
-    (tasks / "targets/greet/tools/codeindex_mcp.py").write_text(SERVER)
+    (root / "mcp/codeindex").mkdir(parents=True)  # the team's server, outside any workspace
+    (root / "mcp/codeindex/codeindex_mcp.py").write_text(SERVER)
     (tasks / "oracles").mkdir()
     (tasks / "oracles/test_greet_oracle.py").write_text(
         "from pkg.greet import greet\n\n\ndef test_greet_says_hello():\n    assert greet() == 'hello'\n")
@@ -91,19 +109,26 @@ def _params(arms: dict) -> config.Params:
     return config.parse(doc)
 
 
-def test_an_arms_servers_reach_the_cli_as_its_only_mcp_config_and_allowed_tools():
-    server = McpServer("codeindex", "python3", ("tools/codeindex_mcp.py",))
-    args = cli.argv(model="m", tools=("Read",), mcp=(server,))
-    config_json = json.loads(args[args.index("--mcp-config") + 1])
-    assert config_json == {"mcpServers": {"codeindex": {"type": "stdio", "command": "python3",
-                                                        "args": ["tools/codeindex_mcp.py"], "env": {}}}}
+def test_an_arms_servers_reach_the_cli_as_its_only_mcp_config_each_in_a_sandbox_of_its_own():
+    server = McpServer("codeindex", "python3", ("{dir}/codeindex_mcp.py",), "/srv/codeindex")
+    args = cli.argv(model="m", tools=("Read",), mcp=(server,), tmp_mb=32)
+    [(name, entry)] = json.loads(args[args.index("--mcp-config") + 1])["mcpServers"].items()
+    assert name == "codeindex" and entry["type"] == "stdio" and entry["env"] == {}
+    assert entry["command"] == "bwrap" and entry["args"][-3:] == ["--", "python3",
+                                                                  "/opt/skillevo/mcp/codeindex/codeindex_mcp.py"]
+    nested = entry["args"]
+    for flag in ("--unshare-net", "--unshare-pid", "--clearenv", "--die-with-parent"):
+        assert flag in nested  # no network of the CLI's (its relay port), no process of its, no environment of its
+    hidden = {nested[i + 1] for i, a in enumerate(nested) if a == "--tmpfs"}
+    assert {"/proc", "/run/skillevo", "/tmp", "/dev/shm", "/home/agent"} <= hidden
+    assert all("--size" in nested[i - 4:i] for i, a in enumerate(nested) if a == "--tmpfs")  # every tmpfs sized
     assert "--strict-mcp-config" in args and args[args.index("--allowedTools") + 1] == "Read,mcp__codeindex"
     bare = cli.argv(model="m", tools=("Read",))
     assert json.loads(bare[bare.index("--mcp-config") + 1]) == {"mcpServers": {}}
 
 
-def test_the_candidate_arm_gets_its_incumbents_servers_and_they_are_in_the_cell_key():
-    p = _params(SERVER_ARMS)
+def test_the_candidate_arm_gets_its_incumbents_servers_and_they_are_in_the_cell_key(tmp_path):
+    p = _params(server_arms(tmp_path))
     from skillevo.core.arms import candidate
 
     assert candidate(p.arms["work"]).mcp == p.arms["work"].mcp != ()
@@ -111,22 +136,71 @@ def test_the_candidate_arm_gets_its_incumbents_servers_and_they_are_in_the_cell_
     assert p.arms["work"].describe()["mcp"] == ["codeindex"] and "mcp" not in p.arms["work_nomcp"].describe()
 
 
+def test_a_changed_server_file_is_another_cell(tmp_path):
+    """The frozen files' digest is in every cell key of the arm: a server edited between benches is never served
+    the cells its old version measured."""
+    from skillevo.bench.cellstore import Context, key
+    from skillevo.bench.sideplan import build_cells
+    from skillevo.core import models
+
+    tasks_file = _tasks(tmp_path)
+    p = _params(server_arms(tmp_path))
+    ctx = Context("h", 0, None)
+
+    def keys(scratch: Path) -> dict[str, str]:
+        side = plan("incumbent", tasks_file, ROOT / "skills", None, p)
+        cells = build_cells(side, p.bench, models.Model("m", "simulator", "http://x"), scratch)
+        frozen = scratch / "mcp" / side.mcp.popitem()[0] / "codeindex_mcp.py"
+        assert frozen.read_text() == (tmp_path / "mcp/codeindex/codeindex_mcp.py").read_text()
+        assert not (frozen.stat().st_mode | frozen.parent.stat().st_mode) & 0o222  # no write bit anywhere
+        return {c.name: key(c, ctx) for c in cells}
+
+    before = keys(tmp_path / "s1")
+    (tmp_path / "mcp/codeindex/codeindex_mcp.py").write_text(SERVER.replace("frozen server", "edited server"))
+    after = keys(tmp_path / "s2")
+    changed = {name for name in before if before[name] != after[name]}
+    assert changed == {name for name in before if "-work-" in name} != set()
+
+
 @pytest.mark.parametrize("server, rule", [
-    ({"command": "python3 -c evil"}, "pattern"),  # a command is one word; its arguments go in args
-    ({"args": ["x"]}, "required"),
+    ({"command": "python3 -c evil", "dir": "x"}, "pattern"),  # a command is one word; its arguments go in args
+    ({"command": "tools/server.sh", "dir": "x"}, "pattern"),  # a workspace path: the agent could rewrite it
+    ({"command": "{dir}/../../../work/tools/server.sh", "dir": "x"}, "pattern"),
+    ({"command": "python3"}, "required"),  # its files come from a folder of the repository, frozen
+    ({"args": ["x"], "dir": "x"}, "required"),
 ])
 def test_a_malformed_server_is_refused(server, rule):
-    arms = {"work": {"sessions": SERVER_ARMS["work"]["sessions"], "mcp": {"codeindex": server}}}
+    arms = {"work": {"sessions": WORK, "mcp": {"codeindex": server}}}
     with pytest.raises(BadInput) as e:
         _params(arms)
     assert "$.arms.work.mcp.codeindex" in str(e.value) and f"(rule: {rule})" in str(e.value)
+
+
+@pytest.mark.parametrize("attack, rule", [("symlink", "no symlinks"), ("huge", "size"), ("empty", "own files"),
+                                          ("missing", "inputs exist")])
+def test_a_server_folder_that_cannot_be_frozen_is_refused_with_its_params_key(tmp_path, attack, rule):
+    tasks_file = _tasks(tmp_path)
+    folder = tmp_path / "mcp/codeindex"
+    if attack == "symlink":
+        (folder / "link.py").symlink_to("/etc/passwd")
+    elif attack == "huge":
+        with open(folder / "blob", "wb") as f:
+            f.truncate(1 << 30)  # sparse: 1 GiB that costs the disk nothing
+    elif attack == "empty":
+        (folder / "codeindex_mcp.py").unlink()
+    else:
+        safefs_remove = __import__("shutil").rmtree
+        safefs_remove(folder)
+    with pytest.raises(BadInput) as e:
+        plan("incumbent", tasks_file, ROOT / "skills", None, _params(server_arms(tmp_path)))
+    assert "arms.work.mcp.codeindex.dir" in str(e.value) and rule in str(e.value)
 
 
 @pytest.mark.cli
 @pytest.mark.bwrap
 def test_a_skill_that_needs_an_mcp_tool_is_measured_with_and_without_its_server(tmp_path):
     tasks_file = _tasks(tmp_path)
-    p = _params(SERVER_ARMS)
+    p = _params(server_arms(tmp_path))
     side = plan("incumbent", tasks_file, ROOT / "skills", None, p)
     out = tmp_path / "out"
     rows = {r["arm"]: r for r in run_side(side, p, out, quiet=True, scratch_root=tmp_path)}
@@ -135,16 +209,47 @@ def test_a_skill_that_needs_an_mcp_tool_is_measured_with_and_without_its_server(
     assert with_server["tool_uses"].get("mcp__codeindex__lookup") == 1
     assert without["resolved"] is False and without["error_kind"] == "no-work"
     assert without["tool_uses"].get("mcp__codeindex__lookup") == 1  # called, and no server answered
-    # the transcripts hold the server's answer: from the workspace, inside the sandbox, without network
+    # the transcripts hold the server's answer: from the workspace, in its sandbox, without network or relay
     [meta] = with_server["transcripts"]
     text = (out / meta["path"]).read_text()
-    assert "defined in pkg/greet.py (no network, cwd /work)" in text
+    assert "defined in pkg/greet.py (no network, no relay, cwd /work, frozen server)" in text
     assert "defined in pkg/greet.py" not in (out / without["transcripts"][0]["path"]).read_text()
     bench = json.loads((out / "bench.json").read_text())
     assert {a["name"]: a.get("mcp") for a in bench["arms"]} == {"work": ["codeindex"], "work_nomcp": None}
     report = (out / "report.md").read_text()
     assert "| work | codeindex | `mcp__codeindex__lookup` | 1/1 |  |" in report
     assert "| work_nomcp | — | `mcp__codeindex__lookup` | 1/1 | **no server for it in this arm**" in report
+
+
+# Session 1 (the plan skill) attacks the server the CLI starts for session 2: it overwrites the mounted file by its
+# own path and through the frozen tree's host path, and drops a sitecustomize where a Python server would import it.
+EVIL = "print('pwned')"
+ATTACK = {"schema_version": 1, "unskilled": "work", "instructions": [], "tasks": [
+    {"id": "greet", "match": "friendlier greeting", "sessions": {
+        "plan": [{"bash": f"echo \"{EVIL}\" > /opt/skillevo/mcp/codeindex/codeindex_mcp.py; "
+                          "chmod u+w /opt/skillevo/mcp/codeindex 2>&1; "
+                          "mv /opt/skillevo/mcp/codeindex /opt/skillevo/mcp/x 2>&1; "
+                          f"mkdir -p /tmp/sc && echo \"{EVIL}\" > /tmp/sc/sitecustomize.py; true"},
+                 {"write": {"path": "docs/plan.md", "content": "1. make greet say hello\n"}}],
+        "work": PLAYBOOK["tasks"][0]["sessions"]["work"]}}]}
+
+
+@pytest.mark.cli
+@pytest.mark.bwrap
+def test_an_agent_cannot_rewrite_the_server_its_next_session_starts(tmp_path):
+    tasks_file = _tasks(tmp_path)
+    (tasks_file.parent / "playbooks/mcp.yaml").write_text(yaml.safe_dump(ATTACK))
+    two = [{"skill": "plan", "prompt": "Use the plan skill for: {prompt}"}, *WORK]
+    p = _params({"work": server_arms(tmp_path, two)["work"]})
+    side = plan("incumbent", tasks_file, ROOT / "skills", None, p)
+    out = tmp_path / "out"
+    [row] = run_side(side, p, out, quiet=True, scratch_root=tmp_path)
+    assert row["resolved"] is True, row["error_detail"]
+    second = (out / row["transcripts"][1]["path"]).read_text()
+    assert "defined in pkg/greet.py (no network, no relay, cwd /work, frozen server)" in second
+    assert "pwned" not in second
+    first = (out / row["transcripts"][0]["path"]).read_text()
+    assert "Read-only file system" in first  # the write was tried, and refused by the mount
 
 
 def test_the_report_names_a_tool_the_skills_name_that_runs_never_called():

@@ -16,6 +16,7 @@ from skillevo.agent import install
 from skillevo.core.arms import McpServer
 from skillevo.core.errors import BrokenEnvironment
 from skillevo.core.pins import CLAUDE_CODE_VERSION
+from skillevo.sandbox import bwrap
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]  # a checkout (make setup), or site-packages (never has .tools)
 LOCAL_CLI = PROJECT_ROOT / f".tools/claude-code-{CLAUDE_CODE_VERSION}" / install.BIN
@@ -65,15 +66,20 @@ def settings(tools: tuple[str, ...]) -> dict:
     }
 
 
-def mcp_config(servers: tuple[McpServer, ...]) -> str:
+def mcp_config(servers: tuple[McpServer, ...], tmp_mb: int = bwrap.SHM_MB) -> str:
     """--mcp-config's JSON: the arm's stdio servers only (--strict-mcp-config ignores every other source, so a
-    workspace's .mcp.json or a user config never adds one)."""
-    return json.dumps({"mcpServers": {s.name: {"type": "stdio", "command": s.command, "args": list(s.args), "env": {}}
-                                      for s in servers}}, separators=(",", ":"))
+    workspace's .mcp.json or a user config never adds one), each started in a sandbox of its own (bwrap.nested):
+    a server gets no model access, so none of its calls can go unbilled."""
+    config = {}
+    for s in servers:
+        command, *args = bwrap.nested(s.argv(), tmp_mb)
+        config[s.name] = {"type": "stdio", "command": command, "args": args, "env": {}}
+    return json.dumps({"mcpServers": config}, separators=(",", ":"))
 
 
 def argv(*, model: str, tools: tuple[str, ...], max_turns: int | None = None, effort: str | None = None,
-         mcp: tuple[McpServer, ...] = (), max_budget_usd: float | None = None) -> list[str]:
+         mcp: tuple[McpServer, ...] = (), max_budget_usd: float | None = None, tmp_mb: int = bwrap.SHM_MB
+         ) -> list[str]:
     allowed = (*tools, *(s.tools for s in mcp))  # `mcp__<server>` allows every tool of that server
     args = [
         CLI_DST, "-p",
@@ -82,7 +88,7 @@ def argv(*, model: str, tools: tuple[str, ...], max_turns: int | None = None, ef
         "--model", model,
         "--settings", json.dumps(settings(allowed), separators=(",", ":")),
         "--setting-sources", "project",
-        "--strict-mcp-config", "--mcp-config", mcp_config(mcp),
+        "--strict-mcp-config", "--mcp-config", mcp_config(mcp, tmp_mb),
         "--tools", ",".join(tools),
         "--allowedTools", ",".join(allowed),
         "--permission-mode", "dontAsk",

@@ -43,7 +43,7 @@ class SessionSpec:
     credential: models.Credential | None = None  # the real key or token; it stays on the host side of the relay
     headers: tuple[tuple[str, str], ...] = ()  # the relay's own headers (skillevo.backends.Endpoint)
     prices: models.Prices | None = None  # a gateway backend's prices: the session's cost is its usage at them
-    mcp: tuple[arms.McpServer, ...] = ()  # the arm's MCP servers, started by the CLI inside the sandbox
+    mcp: tuple[arms.McpServer, ...] = ()  # the arm's MCP servers (their frozen files among `mounts`)
     expected_skill: str | None = None  # a skill name, arms.AUTO or arms.NONE (an arm's session); None: no check
     # workspace-relative, over-mounted read-only: skills and project settings
     readonly_paths: tuple[str, ...] = (".claude",)
@@ -132,7 +132,8 @@ def run_session(spec: SessionSpec) -> dict[str, Any]:
         box = SandboxSpec(workspace=spec.workspace, private=private / "box", env=_env(spec), mounts=tuple(mounts),
                           relay_socket_dir=private / "relay", limits=spec.limits)
         argv = cli.argv(model=spec.model, tools=spec.tools, max_turns=spec.max_turns, effort=spec.effort,
-                        mcp=spec.mcp, max_budget_usd=_cli_budget(spec))
+                        mcp=spec.mcp, max_budget_usd=_cli_budget(spec),
+                        tmp_mb=spec.limits.tmp_mb if spec.limits is not None else sandbox.SHM_MB)
         cred = spec.credential  # sent by the relay in the header the CLI would use for its variable
         with sandbox.Relay(spec.endpoint, cred.secret if cred else None, private / "relay", timeout_s=spec.timeout_s,
                            auth_header=cred.header if cred else "x-api-key", headers=spec.headers) as relay:

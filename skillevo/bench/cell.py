@@ -30,7 +30,7 @@ from typing import Any
 from skillevo import backends, sandbox
 from skillevo.agent import SessionSpec, run_session
 from skillevo.backends import SessionRef
-from skillevo.bench import checks, churn, workspace
+from skillevo.bench import checks, churn, mcpservers, workspace
 from skillevo.core import safefs
 from skillevo.core.arms import Arm
 from skillevo.core.digests import framed_digest, sha256_bytes
@@ -206,7 +206,8 @@ def _sessions(spec: CellSpec, ws: Path, row: dict, artifacts: dict, credential: 
                     credential=credential, expected_skill=session.skill,
                     transcript_dir=Path(tdir), transcript_name=f"{spec.name}-s{i + 1}-{session.skill}",
                     timeout_s=spec.task.timeout_s, max_retries=spec.max_retries, effort=spec.model.effort,
-                    cancel=cancel, limits=spec.limits, after_agent=agent_ran, max_budget_usd=left))
+                    cancel=cancel, limits=spec.limits, after_agent=agent_ran, max_budget_usd=left,
+                    mounts=mcpservers.mounts(spec.arm, spec.scratch)))
                 row["phases"]["sessions_s"].append(round(time.monotonic() - started, 3))
                 agent_ran = agent_ran or rec["process_state"] != "spawn-failure"
                 costs.append(_add_session(row, artifacts, rec, Path(tdir)))

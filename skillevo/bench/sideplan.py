@@ -13,7 +13,7 @@ from dataclasses import dataclass, replace
 from dataclasses import field as dataclass_field
 from pathlib import Path
 
-from skillevo.bench import workspace
+from skillevo.bench import mcpservers, workspace
 from skillevo.bench.cell import CellSpec
 from skillevo.core import arms as arms_mod
 from skillevo.core import comparators as comparators_mod
@@ -51,6 +51,7 @@ class SidePlan:
     designs: dict[str, betting.Design] | None = None  # candidate side: per control arm, its caps and bets
 
     metric: str = "cost_usd"  # what the caps bound (params sampling.sequential.metric)
+    mcp: dict[str, mcpservers.Frozen] = dataclass_field(default_factory=dict)  # the arms' MCP servers, by digest
 
     @property
     def moment(self) -> str:
@@ -85,12 +86,13 @@ def plan(side: str, tasks_file: Path, skills_dir: Path, overlay_dir: Path | None
         loaded = [task for task in loaded if task.id in split.gate]
     chosen, skipped = tasks_mod.select(loaded, expensive)
     overlay_digest, files, overlay_executables, controls = None, None, set(), []
+    frozen_arms, servers = mcpservers.freeze(params.arms, Path(params.source).parent, params.source)
     if side == "incumbent":
         if overlay_dir is not None:
             raise BadInput("the incumbent side takes no overlay (rule: --overlay is for the candidate side)")
-        arm_list = [params.arms[n] if n not in sets else  # a comparator's digest goes into its cells' keys
-                    replace(params.arms[n], comparator=replace(params.arms[n].comparator, digest=sets[n].digest))
-                    for n in sorted(params.arms)]
+        arm_list = [frozen_arms[n] if n not in sets else  # a comparator's digest goes into its cells' keys
+                    replace(frozen_arms[n], comparator=replace(frozen_arms[n].comparator, digest=sets[n].digest))
+                    for n in sorted(frozen_arms)]
     else:
         if overlay_dir is None:
             raise BadInput("the candidate side needs --overlay, a frozen overlay directory (<skill>/...md)")
@@ -99,12 +101,12 @@ def plan(side: str, tasks_file: Path, skills_dir: Path, overlay_dir: Path | None
         frontmatter.check_family({**family, **files}, str(overlay_dir), layout.SKILL_FILE,
                                  params.skills.frontmatter_keys)  # what the candidate's sessions will load
         touched = {layout.skill_of(rel) for rel in files}
-        arm_list = arms_mod.required_candidate_arms(touched, params.arms)
+        arm_list = arms_mod.required_candidate_arms(touched, frozen_arms)
         if not arm_list:
             raise BadInput(f"{overlay_dir}: the overlay touches {sorted(touched)}, which no arm uses "
                            "(rule: required arms)")
         overlay_digest = layout.tree_digest(files, overlay_executables)
-        controls = [params.arms[arm.incumbent] for arm in arm_list]
+        controls = [frozen_arms[arm.incumbent] for arm in arm_list]
     runs = params.sampling.runs if side == "candidate" else params.sampling.incumbent_runs
     designs = None
     if incumbent is not None:
@@ -116,7 +118,7 @@ def plan(side: str, tasks_file: Path, skills_dir: Path, overlay_dir: Path | None
     return SidePlan(side, tasks_file, family, files, chosen, skipped, arm_list, runs,
                     layout.tree_digest(family, executables), overlay_digest, split, frozenset(executables),
                     frozenset(overlay_executables), controls, params.sampling.replicate, sets, designs,
-                    params.sampling.sequential.metric)
+                    params.sampling.sequential.metric, mcp=servers)
 
 
 def _template(p: SidePlan, tree: Path, kind: str, dest: Path) -> str:
@@ -142,6 +144,7 @@ def build_cells(p: SidePlan, bench: BenchParams, mdl: models.Model, scratch: Pat
     each block holds every candidate arm's cell and its control's (the incumbent arm, measured now, beside it) in
     a random order, so whatever drifts while the side runs falls on both arms alike."""
     cells: dict[tuple[str, str, int], CellSpec] = {}
+    mcpservers.install(p.mcp, scratch)
     for task in p.tasks:
         tree = scratch / "trees" / task.id
         workspace.export_tree(task, tree)

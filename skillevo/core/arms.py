@@ -36,19 +36,36 @@ class Session:
     writes: tuple[str, ...] | None = None  # the only paths it may change (a plan session); None = any
 
 
+MCP_ROOT = "/opt/skillevo/mcp"  # inside a cell's sandbox: each server's frozen files, read-only, at MCP_ROOT/<name>
+DIR_FIELD = "{dir}"  # in a server's command or args: where its frozen files are mounted
+
+
 @dataclass(frozen=True)
 class McpServer:
-    """An MCP server an arm's sessions get: a stdio command the CLI starts inside the cell's sandbox (so with its
-    containment: the workspace, no network), relative to the workspace or absolute inside the sandbox."""
+    """An MCP server an arm's sessions get: a stdio command the CLI starts in a sandbox of its own inside the cell's
+    (skillevo.sandbox.bwrap.nested: the workspace, no network, no road to the model relay). Its files come from
+    `dir` of the team's repository, frozen when the side is planned (skillevo.bench.mcpservers) and mounted
+    read-only, so an agent cannot rewrite the server one session starts for the next; `{dir}` in the command or
+    args names them."""
 
     name: str
     command: str
     args: tuple[str, ...] = ()
+    dir: str = ""  # the server's files: absolute, or relative to the folder params.yaml is in
+    digest: str | None = None  # of the files frozen (layout.tree_digest), once read: in every cell key of the arm
 
     @property
     def tools(self) -> str:
         """The prefix of its tools' names, as the CLI calls them (and the permission rule that allows them all)."""
         return f"mcp__{self.name}"
+
+    @property
+    def mount(self) -> str:
+        return f"{MCP_ROOT}/{self.name}"
+
+    def argv(self) -> list[str]:
+        """The server's command line inside the sandbox, `{dir}` replaced by where its files are."""
+        return [part.replace(DIR_FIELD, self.mount) for part in (self.command, *self.args)]
 
 
 @dataclass(frozen=True)

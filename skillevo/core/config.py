@@ -319,7 +319,7 @@ def parse(doc: Any, source: str = "params.yaml", *, today: date | None = None) -
         notes += models.check_id(filled["propose"]["model"], f"{source}: propose.model", today, backend, priced)
     arms = {name: Arm(name, name, tuple(Session(s["skill"], s["prompt"], None if s["writes"] is None else
                                                 tuple(s["writes"])) for s in spec["sessions"]),
-                      tuple(McpServer(n, m["command"], tuple(m.get("args", [])))
+                      tuple(McpServer(n, m["command"], tuple(m["args"]), m["dir"])
                             for n, m in sorted(spec["mcp"].items())),
                       None if spec["comparator"] is None else Comparator(**spec["comparator"]))
             for name, spec in sorted(filled["arms"].items())}

@@ -24,6 +24,7 @@ from skillevo.sandbox.bwrap import (
     LAUNCHER,
     LAUNCHER_DST,
     RELAY_DIR,
+    SHM_MB,
     WORKDIR,
     Mount,
     SandboxSpec,
@@ -34,8 +35,8 @@ from skillevo.sandbox.process import Finished
 from skillevo.sandbox.relay import PLACEHOLDER_KEY, Relay
 from skillevo.sandbox.watch import Watch
 
-__all__ = ["HOME", "LAUNCHER", "LAUNCHER_DST", "PLACEHOLDER_KEY", "RELAY_DIR", "WORKDIR", "Finished", "Limits",
-           "Mount", "Relay", "SandboxSpec", "SandboxUnavailable", "base_env", "command", "preflight", "run"]
+__all__ = ["HOME", "LAUNCHER", "LAUNCHER_DST", "PLACEHOLDER_KEY", "RELAY_DIR", "SHM_MB", "WORKDIR", "Finished",
+           "Limits", "Mount", "Relay", "SandboxSpec", "SandboxUnavailable", "base_env", "command", "preflight", "run"]
 
 
 class SandboxUnavailable(BrokenEnvironment):

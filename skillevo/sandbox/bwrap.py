@@ -6,6 +6,11 @@ CLI binary), and an environment built from nothing. The root and /dev are tmpfs 
 cannot size, so both are remounted read-only once every mount point is in place: the writable tmpfs mounts are
 /tmp, HOME and /dev/shm, each of a fixed size. There is no network namespace shared with the
 host: the only way out is the model relay's Unix socket, when one is given.
+
+`nested` is the sandbox inside that one for what the contained CLI starts on its own (an arm's MCP servers): the
+same system view, the workspace, fresh sized /tmp, HOME and /dev/shm, and nothing of the CLI's: no network
+namespace of its (so neither the relay's loopback port nor its socket), no /proc of its (whose /proc/<pid>/root
+reaches the socket through the CLI's mount namespace), no environment of its.
 """
 
 from __future__ import annotations
@@ -133,3 +138,26 @@ def command(spec: SandboxSpec, argv: list[str], status_fd: int | None = None,
     args += ["--chdir", WORKDIR, "--"]
     prefix = spec.limits.prlimit() if spec.limits is not None else []
     return prefix + args + ["/bin/bash", LAUNCHER_DST, *argv]  # by bash: an installed copy may lack its x bit
+
+
+def nested(argv: list[str], tmp_mb: int) -> list[str]:
+    """The argv a contained process runs to start `argv` in a sandbox of its own (see the module's docstring). A
+    nested PID namespace cannot mount a proc here (bwrap's /proc has read-only submounts), so /proc is empty."""
+    size = str(tmp_mb << 20)
+    tiny = str(64 << 10)
+    args = [
+        "bwrap",
+        "--unshare-user", "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-net",
+        "--die-with-parent", "--new-session", "--cap-drop", "ALL", "--clearenv",
+        "--ro-bind", "/", "/",
+        "--size", tiny, "--tmpfs", "/proc", "--remount-ro", "/proc",
+        "--size", tiny, "--tmpfs", RELAY_DIR, "--remount-ro", RELAY_DIR,
+        "--dev", "/dev", "--size", size, "--tmpfs", "/dev/shm", "--remount-ro", "/dev",
+        "--size", size, "--perms", "1777", "--tmpfs", "/tmp",
+        "--size", size, "--perms", "0700", "--tmpfs", HOME,
+        "--bind", WORKDIR, WORKDIR,
+        "--remount-ro", "/",
+    ]
+    for key, value in sorted(base_env().items()):
+        args += ["--setenv", key, value]
+    return args + ["--chdir", WORKDIR, "--", *argv]
