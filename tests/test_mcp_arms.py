@@ -21,10 +21,26 @@ from skillevo.core.errors import BadInput
 from tests.bench_fixtures import ROOT, params_doc
 
 # A minimal stdio MCP server, as a team would keep one in its repository: newline-delimited JSON-RPC 2.0. Its one
-# tool answers from the repository (so it runs where the workspace is) and writes where it ran (to show it runs
-# inside the sandbox, whose network namespace has only loopback).
-SERVER = r'''
-import glob, json, os, socket, sys
+# tool answers from the repository (so it runs where the workspace is) and says where it ran: whether it has a
+# network, whether any road to the model relay is open to it (PROBE, which a Bash call runs too), and which file.
+PROBE = r'''
+import glob, socket
+def relay_roads():
+    """Every way a process of the cell's sandbox could reach the model relay."""
+    roads = []
+    try:
+        socket.create_connection(("127.0.0.1", 8787), timeout=1).close(); roads.append("loopback")
+    except OSError:
+        pass
+    for path in ["/run/skillevo/relay.sock", *glob.glob("/proc/*/root/run/skillevo/relay.sock")]:
+        try:
+            s = socket.socket(socket.AF_UNIX); s.settimeout(1); s.connect(path); s.close(); roads.append(path)
+        except OSError:
+            pass
+    return "relay via " + ",".join(roads) if roads else "no relay"
+'''
+SERVER = PROBE + r'''
+import json, os, sys
 ORIGIN = 'frozen server'
 def send(msg):
     sys.stdout.write(json.dumps(msg) + "\n"); sys.stdout.flush()
@@ -44,17 +60,7 @@ for line in sys.stdin:
             socket.create_connection(("1.1.1.1", 53), timeout=1).close(); net = "network"
         except OSError:
             net = "no network"
-        roads = []  # every way a process of the cell's sandbox could reach the model relay
-        try:
-            socket.create_connection(("127.0.0.1", 8787), timeout=1).close(); roads.append("loopback")
-        except OSError:
-            pass
-        for path in ["/run/skillevo/relay.sock", *glob.glob("/proc/*/root/run/skillevo/relay.sock")]:
-            try:
-                s = socket.socket(socket.AF_UNIX); s.settimeout(1); s.connect(path); s.close(); roads.append(path)
-            except OSError:
-                pass
-        relay = "relay via " + ",".join(roads) if roads else "no relay"
+        relay = relay_roads()
         send({"jsonrpc": "2.0", "id": rid, "result": {"content": [{"type": "text", "text":
               f"defined in {found[0] if found else 'nowhere'} ({net}, {relay}, cwd {os.getcwd()}, {ORIGIN})"}]}})
     elif rid is not None:
@@ -103,8 +109,8 @@ def _tasks(root: Path) -> Path:
     return tasks / "tasks.yaml"
 
 
-def _params(arms: dict) -> config.Params:
-    doc = params_doc()
+def _params(arms: dict, **sections: dict) -> config.Params:
+    doc = params_doc(**sections)
     doc["arms"] = arms
     return config.parse(doc)
 
@@ -262,3 +268,29 @@ def test_the_report_names_a_tool_the_skills_name_that_runs_never_called():
     never = "**never called**, though the skills name it (2 runs)"
     assert f"| work | codeindex | `mcp__codeindex__lookup` | 0/2 | {never} |" in lines
     assert mcp_use({"arms": [{"name": "work"}]}, [row], set()) == []  # no MCP anywhere: no section
+
+
+@pytest.mark.cli
+@pytest.mark.bwrap
+@pytest.mark.parametrize("model", [
+    {"backend": "simulator"},
+    pytest.param({"backend": "openai", "name": "gpt-5-mini", "upstream": "simulator"}, marks=pytest.mark.gateway),
+], ids=["anthropic-path", "gateway"])
+def test_only_the_cli_reaches_the_relay_so_every_failure_it_books_is_a_request_of_the_clis(tmp_path, model):
+    """The relay books an endpoint's failure as the API's (an excluded session-error) because no process in the cell
+    but the CLI can send it a request: the agent's Bash runs in the CLI's own sandbox, its MCP servers in ours
+    (issue 30, item 3). The probe tries the loopback port, the socket and every /proc/<pid>/root it can see."""
+    tasks_file = _tasks(tmp_path)
+    (tasks_file.parent / "targets/greet/probe.py").write_text(PROBE + "print('PROBE', relay_roads())\n")
+    book = json.loads(json.dumps(PLAYBOOK))
+    book["tasks"][0]["sessions"]["work"] = [{"bash": "python3 probe.py"}, *book["tasks"][0]["sessions"]["work"]]
+    (tasks_file.parent / "playbooks/mcp.yaml").write_text(yaml.safe_dump(book))
+    p = _params({"work": server_arms(tmp_path)["work"]}, model=model)
+    side = plan("incumbent", tasks_file, ROOT / "skills", None, p)
+    out = tmp_path / "out"
+    [row] = run_side(side, p, out, quiet=True, scratch_root=tmp_path)
+    assert row["backend"] == model["backend"]
+    text = (out / row["transcripts"][0]["path"]).read_text()
+    assert "PROBE no relay" in text and "relay via" not in text
+    assert "(no network, no relay, cwd /work, frozen server)" in text
+    assert row["resolved"] is True, row["error_detail"]

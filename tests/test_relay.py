@@ -105,9 +105,12 @@ class _UnixConnection(http.client.HTTPConnection):
         self.sock.connect(str(self.socket_path))
 
 
+BODY = b'{"model": "claude-test", "messages": [], "stream": true}'  # the shape of every request the CLI sends
+
+
 def _post(relay: Relay, how: str, *, read: bool = True) -> int:
     conn = _UnixConnection(relay.socket_path)
-    conn.request("POST", "/v1/messages", body=b'{"stream": true}', headers={"content-type": "application/json"})
+    conn.request("POST", "/v1/messages", body=BODY, headers={"content-type": "application/json"})
     response = conn.getresponse()
     if read:
         try:
@@ -182,7 +185,7 @@ def test_a_client_that_hangs_up_is_not_an_api_failure(endpoint, tmp_path):
     with _relay(endpoint, "slow", tmp_path) as relay:
         client = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         client.connect(str(relay.socket_path))
-        client.sendall(b"POST /v1/messages HTTP/1.1\r\nhost: x\r\ncontent-length: 2\r\n\r\n{}")
+        client.sendall(b"POST /v1/messages HTTP/1.1\r\nhost: x\r\ncontent-length: %d\r\n\r\n%s" % (len(BODY), BODY))
         assert client.recv(100).startswith(b"HTTP/1.1 200")
         client.close()
         time.sleep(1.5)  # the endpoint's slow answer ends meanwhile; the relay's writes fail
@@ -206,3 +209,45 @@ def test_the_latest_request_decides_whatever_order_the_answers_end_in(endpoint, 
         first.join()
         _settle(relay)
     assert relay.failed_answers == 1 and relay.last_answer_failed is True and "HTTP 529" in relay.api_failed()
+
+
+@pytest.mark.parametrize("head, body", [
+    ("content-length: 8", b"not json"),
+    ("content-length: 16", b'{"stream": true}'),  # JSON, but no model or messages
+    ("content-length: 2", b"[]"),
+    ("content-length: nine", b"{}"),
+    (f"content-length: {1 << 40}", b"{}"),  # a length to make the relay read forever
+    ("transfer-encoding: chunked", b"2\r\n{}\r\n0\r\n\r\n"),
+])
+def test_a_request_the_cli_would_never_send_is_refused_here_and_never_booked_as_the_apis(endpoint, tmp_path, head,
+                                                                                         body):
+    """Issue 30, item 3: a malformed request (an MCP server's or a tool's, provoked to make the endpoint fail) is
+    answered by the relay itself and never forwarded: the endpoint behind it, which answers 500 to everything, is
+    never asked, so nothing books the failure as the API's."""
+    with _relay(endpoint, "500", tmp_path) as relay:
+        client = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        client.settimeout(10)
+        client.connect(str(relay.socket_path))
+        client.sendall(b"POST /v1/messages HTTP/1.1\r\nhost: x\r\n" + head.encode() + b"\r\n\r\n" + body)
+        answer = client.recv(4096)
+        client.close()
+        _settle(relay)
+        assert answer.startswith(b"HTTP/1.1 400") and b"invalid_request_error" in answer, answer[:200]
+        assert relay.refused == 1 and relay.requests == 0 and relay.failed_answers == 0 and relay.api_failed() is None
+        assert _post(relay, "500") == 500  # a well-formed request is forwarded, and its failure is the API's
+        _settle(relay)
+    assert relay.failed_answers == 1 and "HTTP 500" in relay.api_failed()
+
+
+@pytest.mark.parametrize("state, api_failed, stalled_s, blamed", [
+    ("exited", "HTTP 529", 0.0, "HTTP 529"),  # the CLI gave up on the endpoint's failures: the API's
+    ("timeout", "HTTP 500", 0.0, None),  # a failed answer, then the session ran out of time: its own doing
+    ("timeout", None, 0.0, None),
+    ("timeout", "HTTP 500", 200.0, "the API stalled"),  # a request of the CLI's still unanswered
+    ("timeout", None, 50.0, "the API stalled"),  # half the session's time unanswered (timeout_s 100)
+])
+def test_a_timeout_is_the_apis_only_while_the_endpoint_had_not_answered(state, api_failed, stalled_s, blamed):
+    from skillevo.agent.session import blame
+
+    found = blame(state, api_failed, stalled_s, 100.0)
+    assert found is None if blamed is None else blamed in found

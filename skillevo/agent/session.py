@@ -112,6 +112,18 @@ def _cli_budget(spec: SessionSpec) -> float | None:
     the cell applies the cap to the session's priced cost after it ends (bench.cell), a cost-cap row as here."""
     return spec.max_budget_usd if spec.prices is None else None
 
+
+def blame(state: str, api_failed: str | None, stalled_s: float, timeout_s: float) -> str | None:
+    """Why the API is to blame for how a session ended, or None. A timeout is the API's only when a request of the
+    CLI's had waited for the endpoint a long time: a failed answer before it says nothing of why the session then
+    ran out of time (an agent can provoke an error and then wait), so that timeout is a measured cell-limit."""
+    if state != "timeout":
+        return api_failed
+    if stalled_s >= min(STALL_S, timeout_s / 2):
+        return f"the model endpoint had not answered for {stalled_s:.0f}s (the API stalled)"
+    return None
+
+
 def run_session(spec: SessionSpec) -> dict[str, Any]:
     """Run one session; return its record (see schemas/session-record.schema.json)."""
     binary = cli.locate()
@@ -143,8 +155,7 @@ def run_session(spec: SessionSpec) -> dict[str, Any]:
             api_failed = relay.api_failed()
     record.update(process_state=finished.state, returncode=finished.returncode, wall_s=round(finished.wall_s, 3),
                   stderr_tail=redact_text(finished.stderr_tail.decode(errors="replace")[-TAIL:], secrets))
-    if finished.state == "timeout" and stalled_s >= min(STALL_S, spec.timeout_s / 2):
-        api_failed = f"the model endpoint had not answered for {stalled_s:.0f}s (the API stalled)"
+    api_failed = blame(finished.state, api_failed, stalled_s, spec.timeout_s)
     try:
         return _outcome(spec, record, finished, usage, served, api_failed, secrets)
     except Exception as e:  # noqa: BLE001 - what the session left broke the reader: the agent's doing, at its cost
@@ -169,7 +180,7 @@ def _outcome(spec: SessionSpec, record: dict[str, Any], finished: sandbox.Finish
             kind, detail = "cancelled", f"session cancelled after {finished.wall_s:.0f}s"
         elif finished.state == "timeout" and api_failed:
             kind, detail = "session-error", f"session timed out after {finished.wall_s:.0f}s: {api_failed}"
-        else:  # a limit, or a timeout while the endpoint answered: its own doing
+        else:  # a limit, or a timeout while the endpoint answered (a failed answer or not): its own doing
             kind = "cell-limit"
             detail = f"session stopped: {finished.limit or f'the session ran out of its {spec.timeout_s:.0f}s'}"
         return _stopped(spec, record, finished, usage, served, kind, detail, secrets)

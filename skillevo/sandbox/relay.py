@@ -8,6 +8,11 @@ therefore never exists inside the sandbox: not in an environment, a file, or /pr
 It also keeps the harness's own account of the session, which nothing in the sandbox can write: the tokens the
 endpoint billed, and which answers failed on the endpoint's side (Relay.api_failed), so that a session is excluded
 as the API's fault only when the relay saw it (docs/formats.md, the missing-data rule).
+
+Only the CLI reaches the relay: its Bash tool runs in the CLI's own sandbox (no loopback of ours, no Unix socket)
+and an arm's MCP servers in one of ours (skillevo.sandbox.bwrap.nested). A request that is not a Messages API
+request (not JSON, no model or messages, a bad or huge length) is answered here with a 400 and never forwarded:
+an error that something in the sandbox provoked is never booked as the endpoint's.
 """
 
 from __future__ import annotations
@@ -33,6 +38,7 @@ _HOP_HEADERS = {"connection", "keep-alive", "proxy-connection", "transfer-encodi
 
 
 MAX_LINE = 1 << 20
+MAX_BODY = 64 << 20  # a request body: far above any context window's worth of JSON
 # Upstream answers that show the API failed, never the agent: the credential is the harness's (401, 403), and rate
 # limits, server errors and overload (429, 5xx, 529) are the endpoint's; SSE `error` events carry the same types.
 # Other 4xx (a request too large, a prompt too long) are left out: an agent can cause those.
@@ -43,6 +49,17 @@ FAILED_ERROR_TYPES = frozenset({"authentication_error", "permission_error", "rat
 
 def failed_status(status: int) -> bool:
     return status in FAILED_STATUSES or status >= 500
+
+
+def malformed(body: bytes) -> str | None:
+    """Why `body` is not a Messages API request the CLI would send, or None."""
+    try:
+        doc = json.loads(body)
+    except ValueError:
+        return "the body is not JSON"
+    if not isinstance(doc, dict) or not isinstance(doc.get("model"), str) or not isinstance(doc.get("messages"), list):
+        return "the body is not a Messages API request (an object with a model and messages)"
+    return None
 
 
 class _Meter:
@@ -149,6 +166,7 @@ class Relay:
         self.usage = dict.fromkeys(USAGE_FIELDS, 0)  # what the endpoint billed this session, summed
         self.models: set[str] = set()  # the model ids it said it served
         # What the endpoint did wrong this session: the harness's evidence that the API, not the agent, failed.
+        self.refused = 0  # requests refused here as malformed: provoked inside the sandbox, never the endpoint's
         self.failed_answers = 0
         self.last_failed_status: int | None = None  # HTTP status of the last failed answer (502: unreachable)
         self.last_failure: str | None = None  # what that answer was, for the error detail
@@ -225,9 +243,9 @@ class _Handler(BaseHTTPRequestHandler):
     def address_string(self) -> str:
         return "sandbox"
 
-    def _refuse(self, status: int, message: str) -> None:
+    def _refuse(self, status: int, message: str, kind: str = "permission_error") -> None:
         # %-formatting, not an f-string: every brace of the template is JSON's
-        data = ('{"type":"error","error":{"type":"permission_error","message":"%s"}}' % message).encode()  # noqa: UP031
+        data = ('{"type":"error","error":{"type":"%s","message":"%s"}}' % (kind, message)).encode()  # noqa: UP031
         self.send_response(status)
         self.send_header("content-type", "application/json")
         self.send_header("content-length", str(len(data)))
@@ -246,8 +264,16 @@ class _Handler(BaseHTTPRequestHandler):
         parts = urlsplit(self.path)
         if parts.path not in ALLOWED_PATHS:
             return self._refuse(403, "the model relay forwards only POST /v1/messages")
-        length = int(self.headers.get("content-length") or 0)
-        body = self.rfile.read(length)
+        try:
+            length = int(self.headers.get("content-length") or "")
+        except ValueError:
+            length = -1
+        problem = (f"the request's length must be 0 to {MAX_BODY} bytes" if not 0 <= length <= MAX_BODY else
+                   malformed(body := self.rfile.read(length)))
+        if problem is not None:
+            with relay._lock:
+                relay.refused += 1
+            return self._refuse(400, f"the model relay refused the request: {problem}", "invalid_request_error")
         headers = {k: v for k, v in self.headers.items()
                    if k.lower() not in _HOP_HEADERS and not k.lower().startswith(HARNESS_HEADER_PREFIX)}
         headers.update(relay.headers)
