@@ -294,3 +294,24 @@ def test_only_the_cli_reaches_the_relay_so_every_failure_it_books_is_a_request_o
     assert "PROBE no relay" in text and "relay via" not in text
     assert "(no network, no relay, cwd /work, frozen server)" in text
     assert row["resolved"] is True, row["error_detail"]
+
+
+def test_an_edited_server_changes_the_bench_stages_identity_and_no_other(tmp_path):
+    """The server's files are no declared dependency of any stage: the identity stage (run on every repro) puts
+    their digest in the bench's identity file, so DVC re-runs the bench, and only the bench, when one changes."""
+    from skillevo.stages import identity
+
+    _tasks(tmp_path)
+    doc = params_doc()
+    doc["arms"] = server_arms(tmp_path)
+    (tmp_path / "params.yaml").write_text(yaml.safe_dump(doc))
+
+    def files(out: str) -> dict[str, str]:
+        assert identity.main(["--params", str(tmp_path / "params.yaml"), "--out", str(tmp_path / out)]) == 0
+        return {f.name: f.read_text() for f in (tmp_path / out).iterdir()}
+
+    before = files("one")
+    (tmp_path / "mcp/codeindex/codeindex_mcp.py").write_text(SERVER.replace("frozen server", "edited server"))
+    after = files("two")
+    assert {name for name in before if before[name] != after[name]} == {"bench.json"}
+    assert "work.codeindex" in json.loads(after["bench.json"])["mcp_servers"]

@@ -1,11 +1,13 @@
 """Stage `identity`: write each stage's harness identity, the file dvc.yaml makes that stage depend on.
 
-    python -m skillevo.stages.identity --out results/identity
+    python -m skillevo.stages.identity --params params.yaml --out results/identity
 
 One small JSON file per stage: the skillevo version and a digest of exactly the code the stage runs (its script's
 import closure and the data files those modules load: skillevo.bench.harness). DVC runs this stage every time
 (`always_changed`) and compares each file by content, so an upgrade of skillevo, or an edit in a checkout,
-re-runs the stages whose code changed and nothing else, wherever the package is installed.
+re-runs the stages whose code changed and nothing else, wherever the package is installed. The bench's file also
+carries the digest of each arm's MCP server files (skillevo.bench.mcpservers), which live outside every stage's
+declared dependencies: an edited server re-runs the bench as an edited harness would.
 """
 
 from __future__ import annotations
@@ -14,21 +16,30 @@ import argparse
 import sys
 from pathlib import Path
 
-from skillevo.bench import harness
-from skillevo.core import documents, layout, safefs, stage
+from skillevo.bench import harness, mcpservers
+from skillevo.core import config, documents, layout, safefs, stage
 
 
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m skillevo.stages.identity", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--out", type=Path, default=layout.IDENTITY, help="[%(default)s]")
+    p.add_argument("--params", type=Path, default=None, help="params.yaml, for the arms' MCP servers")
     return p
 
 
 def run(args: argparse.Namespace) -> str:
     names = harness.stage_names()
+    servers = {}
+    if args.params is not None:
+        params = config.load(args.params)
+        arms, _ = mcpservers.freeze(params.arms, args.params.parent, str(args.params))
+        servers = {f"{name}.{server.name}": server.digest for name, arm in arms.items() for server in arm.mcp}
     for name in names:
-        safefs.write_atomic(args.out / f"{name}.json", documents.dump_json(harness.stage_identity(name)))
+        identity = harness.stage_identity(name)
+        if name == "bench" and servers:
+            identity["mcp_servers"] = servers
+        safefs.write_atomic(args.out / f"{name}.json", documents.dump_json(identity))
     return f"identity: skillevo {harness.package_version()}, {len(names)} stages: {args.out}"
 
 
