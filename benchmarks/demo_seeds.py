@@ -21,13 +21,13 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from skillevo.core import config, layout
+from skillevo.core import config, layout, params_edit
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def generation(clone: Path, seed: int) -> dict:
-    config.set_value(clone / layout.PARAMS, "simulator", "seed", seed)
+    params_edit.set_value(clone / layout.PARAMS, "simulator", "seed", seed)
     env = {**os.environ, "DVC_NO_ANALYTICS": "1", "PATH": f"{ROOT / '.venv/bin'}:{os.environ['PATH']}"}
     start = time.monotonic()
     subprocess.run([str(ROOT / ".venv/bin/dvc"), "repro", "-q"], cwd=clone, env=env, check=True,

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from skillevo.core import config
+from skillevo.core import params_edit
 from tests.bench_fixtures import ROOT
 from tests.test_pipeline import make, run
 from tests.worktree import clone_of_worktree
@@ -43,14 +43,14 @@ def _install(clone: Path) -> None:
     for root in ("skills", ".claude/skills"):
         shutil.rmtree(clone / root)
         shutil.copytree(FAMILY / "skills", clone / root)  # copy2: the script keeps its execute bit
-    config.set_value(clone / "params.yaml", "skills", "evolvable", ["plan", "work", "triage"])
+    params_edit.set_value(clone / "params.yaml", "skills", "evolvable", ["plan", "work", "triage"])
     # mechanics, not statistics (tests/test_gate_study.py has those): 3 candidate runs and 1 incumbent run keep CI
     # short, and 9 runs per arm bound a resolution drop only within 40 points (docs/gate.md)
-    config.set_value(clone / "params.yaml", "sampling", "runs", 3)
-    config.set_value(clone / "params.yaml", "sampling", "incumbent_runs", 1)
-    config.set_value(clone / "params.yaml", "gate", "max_resolution_drop_pct", 40)
-    config.set_value(clone / "params.yaml", "gate", "min_total_runs", 9)  # the tails rule, at this test's size
-    config.set_value(clone / "params.yaml", "gate", "test", "bootstrap")  # 3 rounds: too few for betting
+    params_edit.set_value(clone / "params.yaml", "sampling", "runs", 3)
+    params_edit.set_value(clone / "params.yaml", "sampling", "incumbent_runs", 1)
+    params_edit.set_value(clone / "params.yaml", "gate", "max_resolution_drop_pct", 40)
+    params_edit.set_value(clone / "params.yaml", "gate", "min_total_runs", 9)  # the tails rule, at this test's size
+    params_edit.set_value(clone / "params.yaml", "gate", "test", "bootstrap")  # 3 rounds: too few for betting
     (clone / "tasks/playbooks/demo.yaml").write_text(yaml.safe_dump(playbook(), sort_keys=False))
     make(clone, "modes")
     run(["git", "-c", "user.name=t", "-c", "user.email=t@t", "add", "-A"], clone)

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from skillevo.core import config, layout, memory, overlay
+from skillevo.core import config, layout, memory, overlay, params_edit
 from skillevo.core.errors import BadInput
 from skillevo.core.schemas import validate
 from skillevo.freeze import freeze
@@ -167,7 +167,7 @@ NEW_DESTINATIONS = [f".claude/skills/{NEW}", f"skills/{NEW}"]
 
 
 def _allow_supporting_files(repo: Path) -> None:
-    config.set_value(repo / "params.yaml", "propose", "allow", ["supporting-files"])
+    params_edit.set_value(repo / "params.yaml", "propose", "allow", ["supporting-files"])
     subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qam", "allow"], cwd=repo,
                    check=True)
 

@@ -12,7 +12,7 @@ import yaml
 from skillevo.apply.common import ApplyPaths, ApplyRefused
 from skillevo.apply.inputs import check_headers
 from skillevo.bench import plan
-from skillevo.core import config, frontmatter, layout
+from skillevo.core import config, frontmatter, layout, params_edit
 from skillevo.core.errors import BadInput
 from skillevo.gate.report import overlay_section
 from tests.bench_fixtures import ROOT
@@ -68,7 +68,7 @@ def test_freeze_refuses_every_frontmatter_violation_with_the_file_and_the_rule(r
 
 def test_privileged_keys_pass_when_params_allow_and_every_change_is_listed(repo, tmp_path):  # noqa: F811
     params = repo / "params.yaml"
-    config.set_value(params, "propose", "allow", ["privileged-frontmatter"])
+    params_edit.set_value(params, "propose", "allow", ["privileged-frontmatter"])
     manifest = _freeze(repo, _overlay(tmp_path, _header(**{"allowed-tools": "Read Grep"},
                                                         description="Carry out a coding task here.") + BODY))
     assert manifest["frontmatter_changes"] == [
@@ -90,7 +90,7 @@ def test_extra_keys_are_refused_until_params_name_them(repo, tmp_path):  # noqa:
     text = _header(owner="platform-team", description="Carry out a coding task here.") + BODY
     with pytest.raises(BadInput, match=r"unknown frontmatter key\(s\) \['owner'\]"):
         _freeze(repo, _overlay(tmp_path, text))
-    config.set_value(repo / "params.yaml", "skills", "frontmatter_keys", ["owner"])
+    params_edit.set_value(repo / "params.yaml", "skills", "frontmatter_keys", ["owner"])
     assert ("work: added `owner`: 'platform-team'"
             in _freeze(repo, _overlay(tmp_path / "again", text))["frontmatter_changes"])
 

@@ -15,7 +15,7 @@ import yaml
 
 from skillevo.apply import apply_promotion, revert
 from skillevo.bench import build_cells, plan, run_cell, workspace
-from skillevo.core import config, layout, models, modes
+from skillevo.core import config, layout, models, modes, params_edit
 from skillevo.core.errors import BadInput
 from skillevo.simulator import Simulator, load_all
 from tests.apply_fixtures import APPLY_AT, CREATING, ORIGINAL, REFERENCE, REFERENCE_BYTES, ROOTS, make_pipeline
@@ -86,7 +86,7 @@ def test_a_script_edit_needs_params_and_is_frozen_executable_and_flagged(repo, t
     edited = SCRIPT_BYTES + b"echo twice\n"
     with pytest.raises(BadInput, match=rf"{SCRIPT}: is a script .*propose\.allow lists scripts \(rule: scripts\)"):
         _freeze(repo, _script_overlay(tmp_path, edited, True))
-    config.set_value(repo / "params.yaml", "propose", "allow", ["scripts"])
+    params_edit.set_value(repo / "params.yaml", "propose", "allow", ["scripts"])
     manifest = _freeze(repo, _script_overlay(tmp_path / "b", edited, True))
     assert manifest["files"] == [{"path": SCRIPT, "sha256": manifest["files"][0]["sha256"], "size": len(edited),
                                   "executable": True}]
@@ -96,7 +96,7 @@ def test_a_script_edit_needs_params_and_is_frozen_executable_and_flagged(repo, t
 
 def test_dropping_an_execute_bit_is_a_change_counted_in_the_budget(repo, tmp_path):  # noqa: F811
     _add_script(repo)
-    config.set_value(repo / "params.yaml", "propose", "allow", ["scripts"])
+    params_edit.set_value(repo / "params.yaml", "propose", "allow", ["scripts"])
     manifest = _freeze(repo, _script_overlay(tmp_path, SCRIPT_BYTES, False))  # same bytes, no bit
     assert manifest["changed_lines"] == 1 and manifest["script_changes"] == [f"{SCRIPT}: execute bit removed"]
     assert manifest["overlay_digest"] != _freeze(repo, _script_overlay(tmp_path / "b", SCRIPT_BYTES + b"\n", True)
@@ -108,15 +108,15 @@ def test_supporting_files_need_params(repo, tmp_path):  # noqa: F811
     ov = _script_overlay(tmp_path, SCRIPT_BYTES + b"# more\n", False)
     with pytest.raises(BadInput, match=r"only <skill>/<path>\.md files may be replaced .*supporting-files"):
         _freeze(repo, ov)
-    config.set_value(repo / "params.yaml", "propose", "allow", ["supporting-files"])
+    params_edit.set_value(repo / "params.yaml", "propose", "allow", ["supporting-files"])
     assert _freeze(repo, ov)["script_changes"] == []
     new = tmp_path / "new"
     (new / "work/references").mkdir(parents=True)
     (new / "work/references/api.md").write_text("# API\n")
-    config.set_value(repo / "params.yaml", "propose", "allow", [])
+    params_edit.set_value(repo / "params.yaml", "propose", "allow", [])
     with pytest.raises(BadInput, match=r"work/references/api\.md: has no incumbent .*supporting-files lets"):
         _freeze(repo, new)
-    config.set_value(repo / "params.yaml", "propose", "allow", ["supporting-files"])
+    params_edit.set_value(repo / "params.yaml", "propose", "allow", ["supporting-files"])
     manifest = _freeze(repo, new)  # bound absent: apply creates it (tests/test_apply.py)
     assert manifest["destinations"] == dict.fromkeys([".claude/skills/work/references/api.md",
                                                       "skills/work/references/api.md"])

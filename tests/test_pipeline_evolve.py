@@ -99,7 +99,7 @@ def test_evolve_confirms_a_promotion_with_a_fresh_replicate_before_it_is_final(t
     doc["arms"] = {"auto": doc["arms"]["auto"]}
     doc["sampling"].update(runs=10, incumbent_runs=2)
     doc["gate"].update(min_total_runs=10, max_resolution_drop_pct=30, test="bootstrap")
-    doc["sampling"]["sequential"].update(enabled=False, min_total_runs=10, max_resolution_drop_pct=30)
+    doc["sampling"]["sequential"].update(enabled=False)
     doc["tasks"]["gate"], doc["tasks"]["evidence"] = doc["tasks"]["gate"][:1], [*doc["tasks"]["gate"][1:],
                                                                               *doc["tasks"]["evidence"]]
     (clone / "params.yaml").write_text(yaml.safe_dump(doc, sort_keys=False))

@@ -9,7 +9,7 @@ import math
 import pytest
 import yaml
 
-from skillevo.core import config
+from skillevo.core import params_edit
 from tests.test_pipeline import WASTEFUL, make, run
 from tests.worktree import clone_of_worktree
 
@@ -37,11 +37,11 @@ def test_a_null_candidate_under_realistic_noise_is_not_promoted_and_rows_follow_
     doc = yaml.safe_load((clone / "params.yaml").read_text())
     doc["arms"] = {name: arm for name, arm in doc["arms"].items() if name != "baseline"}  # CI time: no gate reads it
     (clone / "params.yaml").write_text(yaml.safe_dump(doc, sort_keys=False))
-    config.set_value(clone / "params.yaml", "simulator", "noise", "realistic")
-    config.set_value(clone / "params.yaml", "sampling", "runs", 3)  # CI time: 9 runs an arm on the gate's tasks,
-    config.set_value(clone / "params.yaml", "sampling", "incumbent_runs", 3)
-    config.set_value(clone / "params.yaml", "gate", "max_resolution_drop_pct", 40)  # which bound a drop within 40,
-    config.set_value(clone / "params.yaml", "gate", "min_total_runs", 9)  # and which the cost test is allowed
+    params_edit.set_value(clone / "params.yaml", "simulator", "noise", "realistic")
+    params_edit.set_value(clone / "params.yaml", "sampling", "runs", 3)  # CI time: 9 runs an arm on the gate's tasks,
+    params_edit.set_value(clone / "params.yaml", "sampling", "incumbent_runs", 3)
+    params_edit.set_value(clone / "params.yaml", "gate", "max_resolution_drop_pct", 40)  # which bound a drop within 40,
+    params_edit.set_value(clone / "params.yaml", "gate", "min_total_runs", 9)  # and which the cost test is allowed
     run(["git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qam", "a null candidate, real noise"], clone)
     out = make(clone, "demo")
     assert "a line that steers no measured behaviour" in (clone / "results/proposal/proposal.md").read_text()

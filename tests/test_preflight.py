@@ -20,8 +20,8 @@ from tests.bench_fixtures import make_mini
 from tests.gate_rows import INCUMBENT, bench, runs, write_side
 
 
-def plan(**values) -> Sampling:
-    return section(Sampling, "sampling", values, "test")
+def plan(gate: dict | None = None, **values) -> Sampling:
+    return section(Sampling, "sampling", values, "test", gate=gate)
 
 
 def noisy_rows(tasks: list[str], n: int, cv: float, seed: int = 0) -> list[dict]:
@@ -84,8 +84,8 @@ def _resolving(rows: list[dict], every: int) -> list[dict]:
 
 
 def _looks(runs: int, plan_saving_pct: float = 20, **sequential) -> Sampling:
-    return plan(runs=runs, plan_saving_pct=plan_saving_pct,
-                sequential={"enabled": True, "first": 4, "batch": 2, "min_total_runs": 8, "futility_p_value": 1.0,
+    return plan(runs=runs, plan_saving_pct=plan_saving_pct, gate={"min_total_runs": 8},
+                sequential={"enabled": True, "first": 4, "batch": 2, "futility_p_value": 1.0,
                             "futility_confidence": 0, **sequential})
 
 
@@ -172,7 +172,7 @@ def test_the_stage_prints_and_writes_its_figures(tmp_path: Path, capsys):
     # under the test by betting the stage states the schedule's power, for the arm it read
     document = yaml.safe_load(params.read_text())
     document["gate"].update(test="betting", min_total_runs=8)
-    document["sampling"].update(runs=8, sequential={"enabled": True, "first": 4, "batch": 2, "min_total_runs": 8})
+    document["sampling"].update(runs=8, sequential={"enabled": True, "first": 4, "batch": 2})
     params.write_text(yaml.safe_dump(document))
     assert stage.main(["--incumbent", str(tmp_path / "inc"), "--tasks", str(tasks_file), "--params", str(params),
                        "--out", str(out)]) == 0

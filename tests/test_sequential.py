@@ -17,7 +17,7 @@ from scipy import stats as sps
 
 from skillevo import stats
 from skillevo.core import sampling
-from skillevo.core.config import SamplingParams, section
+from skillevo.core.config import LOOKS_READ_FROM_GATE, SamplingParams, section
 from skillevo.core.errors import BadInput
 from skillevo.stats.looks import _boundaries
 from tests.gate_rows import CANDIDATE, INCUMBENT, runs
@@ -25,12 +25,14 @@ from tests.gate_rows import CANDIDATE, INCUMBENT, runs
 OTHER_INCUMBENT, OTHER = "auto", "candidate_auto"
 
 
-def plan(runs_: int = 10, **sequential) -> SamplingParams:
+def plan(runs_: int = 10, **knobs) -> SamplingParams:
     """Looks on; these benches are small, so the heavy-tail minimum (tested with the gate) is off unless given, and
-    the level, the first look and futility are the figures these cases were built at."""
+    the level, the first look and futility are the figures these cases were built at. A knob the looks read from
+    the gate (config.LOOKS_READ_FROM_GATE) goes to the gate's section, the others to sampling.sequential."""
+    gate = {"min_total_runs": 1, "alpha": 0.04, **{k: v for k, v in knobs.items() if k in LOOKS_READ_FROM_GATE}}
+    sequential = {k: v for k, v in knobs.items() if k not in LOOKS_READ_FROM_GATE}
     return section(SamplingParams, "sampling", {"runs": runs_, "sequential": {
-        "enabled": True, "min_total_runs": 1, "alpha": 0.04, "first": 3, "futility_p_value": 0.5, **sequential}},
-        "test plan")
+        "enabled": True, "first": 3, "futility_p_value": 0.5, **sequential}}, "test plan", gate=gate)
 
 
 def increasing_looks(draw_max: int = 30):
@@ -271,19 +273,37 @@ def test_preflight_warns_when_interim_and_the_gate_disagree():
     from skillevo.core.config import Policy
     policy = Policy.from_dict({"min_total_runs": 1, "alpha": 0.04, "test": "betting"})  # as plan() has it
     assert sampling.sequential_warnings(plan(), policy) == []
-    assert any("sampling.sequential.min_total_runs 1 is not the gate's 12" in w
-               for w in sampling.sequential_warnings(plan(), Policy.from_dict({})))
     assert any("gate.policy geometric with gate.test betting is not per_resolved's test by betting" in w
                for w in sampling.sequential_warnings(plan(), Policy.from_dict({"policy": "geometric", "test": "betting",
                                                                                 "min_total_runs": 1})))
     assert any("gate.test bootstrap is not per_resolved's test by betting" in w
                for w in sampling.sequential_warnings(plan(), Policy.from_dict({"min_total_runs": 1, "alpha": 0.04,
                                                                                 "test": "bootstrap"})))
-    assert sampling.sequential_warnings(plan(enabled=False, alpha=0.2), policy) == []
-    warnings = sampling.sequential_warnings(plan(alpha=0.05, metric="num_turns", first=2), policy)
-    assert any("sampling.sequential.alpha 0.05 is not the gate's 0.04" in w for w in warnings)
-    assert any("sampling.sequential.metric num_turns is not gate.metric cost_usd" in w for w in warnings)
+    assert sampling.sequential_warnings(plan(enabled=False), policy) == []
+    warnings = sampling.sequential_warnings(plan(first=2), policy)
     assert any("sampling.sequential.first 2 is below gate.min_runs 3" in w for w in warnings)
+
+
+def test_the_looks_read_the_gates_own_knobs_and_a_copy_of_one_is_refused():
+    """Issue 31, item 1: the looks once kept five of the gate's knobs under sampling.sequential, with "keep it
+    gate.X" comments; one edited on one side only let the bench stop where the gate would not decide. Now there is
+    one copy: the gate's, and a params file that still has the other is refused naming the key and what to do."""
+    from skillevo.core import config
+    from tests.bench_fixtures import params_doc
+
+    doc = params_doc()
+    doc["gate"].update(metric="num_turns", alpha=0.02, min_improvement_pct=7, max_resolution_drop_pct=15,
+                       min_total_runs=30)
+    looks = config.parse(doc).sampling.sequential
+    assert (looks.metric, looks.alpha, looks.min_improvement_pct, looks.max_resolution_drop_pct,
+            looks.min_total_runs) == ("num_turns", 0.02, 7, 15, 30)
+    for key in LOOKS_READ_FROM_GATE:
+        stale = params_doc()
+        stale["sampling"]["sequential"][key] = stale["gate"].get(key, 1)
+        with pytest.raises(BadInput) as e:
+            config.parse(stale)
+        assert f"$.sampling.sequential.{key}: this key is retired" in str(e.value)
+        assert f"set gate.{key}" in str(e.value) and "(rule: current params)" in str(e.value)
 
 
 def test_a_looks_line_prints_its_numbers_as_the_gate_does(monkeypatch):

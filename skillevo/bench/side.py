@@ -294,7 +294,7 @@ def run_side(p: SidePlan, params: Params, out: Path, *, executor: Executor | Non
             canaries: list[canary.Canary] = []
             if params.bench.canary and p.side == "incumbent" and served:
                 canaries = canary.check({c.name: (c, r) for c, r in served}, runner, cancel,
-                                        params.sampling.sequential.metric, params.bench.canary_tolerance)
+                                        params.gate.metric, params.bench.canary_tolerance)
                 drifted = {k.cell.arm.name for k in canaries if k.drift}
                 for k in canaries:
                     if k.drift and not quiet:
@@ -349,7 +349,7 @@ def run_side(p: SidePlan, params: Params, out: Path, *, executor: Executor | Non
             "design": None if p.designs is None else {arm: d.to_dict() for arm, d in sorted(p.designs.items())},
             "cell_store": None if cells_store is None else {
                 "served": writer.served, "paid": len(rows) - writer.served, "stored": writer.stored,
-                "canaries": [k.to_dict(params.sampling.sequential.metric) for k in canaries]},
+                "canaries": [k.to_dict(params.gate.metric) for k in canaries]},
         }
         provenance["mac"] = controls.sign(provenance["results_sha256"], provenance)  # with a team key only
         validate(provenance, "bench-run", out / "bench.json")

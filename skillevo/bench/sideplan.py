@@ -50,7 +50,7 @@ class SidePlan:
     comparators: dict[str, comparators_mod.SkillSet] = dataclass_field(default_factory=dict)  # by arm name
     designs: dict[str, betting.Design] | None = None  # candidate side: per control arm, its caps and bets
 
-    metric: str = "cost_usd"  # what the caps bound (params sampling.sequential.metric)
+    metric: str = "cost_usd"  # what the caps bound (params gate.metric)
     mcp: dict[str, mcpservers.Frozen] = dataclass_field(default_factory=dict)  # the arms' MCP servers, by digest
 
     @property
@@ -114,11 +114,11 @@ def plan(side: str, tasks_file: Path, skills_dir: Path, overlay_dir: Path | None
             raise BadInput("--incumbent sizes the candidate side; the incumbent side takes none (rule: design)")
         measured = load_side(incumbent, "incumbent")
         designs = sampling.designs(measured.rows, [t.id for t in chosen], [a.name for a in controls],
-                                   params.sampling, params.sampling.sequential.metric)
+                                   params.sampling, params.gate.metric)
     return SidePlan(side, tasks_file, family, files, chosen, skipped, arm_list, runs,
                     layout.tree_digest(family, executables), overlay_digest, split, frozenset(executables),
                     frozenset(overlay_executables), controls, params.sampling.replicate, sets, designs,
-                    params.sampling.sequential.metric, mcp=servers)
+                    params.gate.metric, mcp=servers)
 
 
 def _template(p: SidePlan, tree: Path, kind: str, dest: Path) -> str:

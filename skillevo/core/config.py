@@ -9,7 +9,6 @@ any other way.
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, fields
 from datetime import UTC, date, datetime
@@ -17,9 +16,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any, TypeVar
 
-import yaml
-
-from skillevo.core import documents, layout, models, safefs
+from skillevo.core import documents, layout, models
 from skillevo.core.arms import Arm, McpServer, Session, check_shapes
 from skillevo.core.comparators import Comparator
 from skillevo.core.errors import BadInput
@@ -255,32 +252,51 @@ def _check_plain(value: Any, source: str, path: str = "$") -> None:
                        "(quote it) (rule: plain values)")
 
 
-def section(cls: type[T], name: str, values: Mapping[str, Any], source: str) -> T:
-    """One section on its own (a promotion's embedded policy, a test's limits), defaults filled, validated."""
+def section(cls: type[T], name: str, values: Mapping[str, Any], source: str, *,
+            gate: Mapping[str, Any] | None = None) -> T:
+    """One section on its own (a promotion's embedded policy, a test's limits), defaults filled, validated. The
+    sampling section's looks take the gate's knobs from `gate` (its defaults when None)."""
     _check_plain(dict(values), source, "$")
-    if name == "gate":
-        _check_gate(values, source, "$")
+    _check_retired(name, values, source, "$")
     filled = fill_defaults(dict(values), load_schema(SCHEMA)["$defs"][name], load_schema(SCHEMA))
     validate(filled, SCHEMA, source, definition=name)
     if cls is SamplingParams:
-        return _sampling(filled)  # type: ignore[return-value]
+        return _sampling(filled, asdict(section(Policy, "gate", gate or {}, source)))  # type: ignore[return-value]
     return _typed(cls, filled)
 
 
-def _sampling(filled: Mapping[str, Any]) -> SamplingParams:
-    return _typed(SamplingParams, {**filled, "sequential": _typed(SequentialParams, filled["sequential"]),
+LOOKS_READ_FROM_GATE = ("metric", "alpha", "min_improvement_pct", "max_resolution_drop_pct", "min_total_runs")
+
+
+def _sampling(filled: Mapping[str, Any], gate: Mapping[str, Any]) -> SamplingParams:
+    """The looks test what the gate will: its knobs, read from the gate's section, never kept twice."""
+    looks = {**filled["sequential"], **{key: gate[key] for key in LOOKS_READ_FROM_GATE}}
+    return _typed(SamplingParams, {**filled, "sequential": _typed(SequentialParams, looks),
                                    "cost_cap": _typed(CostCap, filled["cost_cap"])})
 
 
-RETIRED_GATE_KEYS = {"quality_promotion_alpha": "a promotion now makes one claim, cheaper per resolved task, and "
-                     "resolution only guards it; remove the key (docs/gate.md, claims)"}  # what older versions read
+# Keys older versions read, by section (a nested section as "sampling.sequential"): refused by name with what to do
+RETIRED_KEYS = {
+    "gate": {"quality_promotion_alpha": "a promotion now makes one claim, cheaper per resolved task, and resolution "
+                                        "only guards it; remove the key (docs/gate.md, claims)"},
+    "sampling.sequential": {key: f"the looks test the gate's own gate.{key}; remove the key here and set gate.{key}"
+                            for key in LOOKS_READ_FROM_GATE},
+}
 
 
-def _check_gate(gate: Any, source: str, path: str) -> None:
-    """Keys an older version read: refused by name, with what to do, before the schema calls them unknown."""
-    for key, hint in RETIRED_GATE_KEYS.items():
-        if isinstance(gate, Mapping) and key in gate:
-            raise BadInput(f"{source}: {path}.{key}: this key is retired: {hint} (rule: current params)")
+def _check_retired(name: str, values: Any, source: str, path: str) -> None:
+    """Keys an older version read in section `name` (at `path`): refused by name, with what to do, before the schema
+    calls them unknown."""
+    for where, keys in RETIRED_KEYS.items():
+        head, _, rest = where.partition(".")
+        if head != name:
+            continue
+        found, at = values, path
+        if rest:
+            found, at = values.get(rest) if isinstance(values, Mapping) else None, f"{path}.{rest}"
+        for key, hint in keys.items():
+            if isinstance(found, Mapping) and key in found:
+                raise BadInput(f"{source}: {at}.{key}: this key is retired: {hint} (rule: current params)")
 
 
 def _normalise_family(filled: dict[str, Any]) -> None:
@@ -302,7 +318,8 @@ def parse(doc: Any, source: str = "params.yaml", *, today: date | None = None) -
     if not isinstance(doc, dict):
         raise BadInput(f"{source}: must be a mapping of sections (rule: params.yaml shape)")
     _check_plain(doc, source)
-    _check_gate(doc.get("gate"), source, "$.gate")
+    for name in sorted({where.partition(".")[0] for where in RETIRED_KEYS}):
+        _check_retired(name, doc.get(name), source, f"$.{name}")
     filled = fill_defaults(doc, load_schema(SCHEMA))
     _normalise_family(filled)
     validate(filled, SCHEMA, source)
@@ -337,7 +354,7 @@ def parse(doc: Any, source: str = "params.yaml", *, today: date | None = None) -
         bench=_typed(BenchParams, {**filled["bench"], "limits": Limits(**filled["bench"]["limits"])}),
         gate=_typed(Policy, filled["gate"]),
         simulator=_typed(SimulatorParams, filled["simulator"]),
-        sampling=_sampling(filled["sampling"]),
+        sampling=_sampling(filled["sampling"], filled["gate"]),
         notes=tuple(notes),
     )
 
@@ -361,40 +378,3 @@ def load(path: str | Path = "params.yaml", *, today: date | None = None, skills:
 def evidence_limits(**overrides: Any) -> EvidenceParams:
     """The `evidence:` section with the schema's defaults, for callers that build a bundle without params.yaml."""
     return section(EvidenceParams, "evidence", overrides, "evidence limits")
-
-
-def set_value(path: str | Path, section_name: str, key: str, value: Any) -> None:
-    """Change one `section: key:` scalar in a params file in place, keeping its comments and layout (what
-    `make evolve` does to sampling.replicate and simulator.noise), then check the whole file still loads."""
-    set_values(path, section_name, {key: value})
-
-
-def set_values(path: str | Path, section_name: str, values: Mapping[str, Any]) -> None:
-    """set_value for several keys of one section at once (`make demo BACKEND=...` switches model.backend and the
-    keys that go with it): the file is checked once, when all of them are in."""
-    path = Path(path)
-    lines = path.read_text(encoding="utf-8").split("\n")
-    for key, value in values.items():
-        lines = _set_line(lines, section_name, key, value)
-    safefs.write_atomic(path, "\n".join(lines).encode("utf-8"))
-    load(path)
-
-
-def _set_line(lines: list[str], section_name: str, key: str, value: Any) -> list[str]:
-    rendered = yaml.safe_dump(value, default_flow_style=True).strip().removesuffix("...").strip()
-    try:
-        start = lines.index(f"{section_name}:") if f"{section_name}:" in lines else next(
-            i for i, line in enumerate(lines) if re.match(rf"{re.escape(section_name)}:\s*(#.*)?$", line))
-    except StopIteration:
-        return [*lines, f"{section_name}:", f"  {key}: {rendered}"]
-    end = next((i for i in range(start + 1, len(lines)) if lines[i] and not lines[i][0].isspace()
-                and not lines[i].startswith("#")), len(lines))
-    pattern = re.compile(rf"^(\s+){re.escape(key)}:\s*[^#\n]*?(\s*#.*)?$")
-    for i in range(start + 1, end):
-        match = pattern.match(lines[i])
-        if match and len(match.group(1)) == 2:
-            comment = match.group(2) or ""
-            lines[i] = f"  {key}: {rendered}{comment}"
-            return lines
-    lines.insert(start + 1, f"  {key}: {rendered}")
-    return lines

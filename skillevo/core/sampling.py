@@ -55,8 +55,8 @@ def interim(control_rows: Iterable[Mapping[str, Any]], candidate_rows: Iterable[
     continue, or stops and writes `record(plan, look, action)` as bench.json's `sequential`. At the last look
     the side stops whatever the action (continue is recorded as "max").
 
-    Per arm, the gate's test of `sampling.sequential.metric` per resolved task, by betting under the arm's design
-    (`designs`, from the incumbent side; skillevo.stats.betting), which holds `sampling.sequential.alpha` at every
+    Per arm, the gate's test of gate.metric per resolved task, by betting under the arm's design (`designs`, from
+    the incumbent side; skillevo.stats.betting), which holds gate.alpha (as plan.sequential.alpha) at every
     look, and the bootstrap estimate (skillevo.stats.per_resolved) on valid runs (skillevo.core.results.is_excluded):
     - efficacy: the wealth reached 1 / alpha, the estimate reaches `min_improvement_pct`, the bet against a
       resolution drop of `max_resolution_drop_pct` or more reached 1 / alpha too (valid at every look, like the
@@ -296,23 +296,15 @@ def unpromotable(gate_tasks: int, sampling: SamplingParams, policy: Policy) -> l
 
 
 def sequential_warnings(sampling: SamplingParams, policy: Policy) -> list[str]:
-    """Where interim's stopping rule disagrees with the gate that will judge the stopped side: alpha is kept
-    either way, but an early stop the gate will not promote is money spent for nothing."""
-    seq = sampling.sequential
-    if not seq.enabled:
+    """Where interim's stopping rule disagrees with the gate that will judge the stopped side (the looks read the
+    gate's own metric, level and bounds, so only its policy and test can differ): alpha is kept either way, but an
+    early stop the gate will not promote is money spent for nothing."""
+    if not sampling.sequential.enabled:
         return []
-    warnings = [] if seq.metric == policy.metric else [
-        f"sampling.sequential.metric {seq.metric} is not gate.metric {policy.metric}: the looks test another metric"]
+    warnings = []
     if policy.policy != "per_resolved" or policy.test != "betting":
         warnings.append(f"gate.policy {policy.policy} with gate.test {policy.test} is not per_resolved's test by "
                         "betting, the test the looks use: the bench may stop where the gate will not decide the same")
-    for key, mine, theirs in (("alpha", seq.alpha, policy.alpha),
-                              ("min_improvement_pct", seq.min_improvement_pct, policy.min_improvement_pct),
-                              ("max_resolution_drop_pct", seq.max_resolution_drop_pct, policy.max_resolution_drop_pct),
-                              ("min_total_runs", seq.min_total_runs, policy.min_total_runs)):
-        if not math.isclose(mine, theirs, abs_tol=1e-12):
-            warnings.append(f"sampling.sequential.{key} {mine:g} is not the gate's {theirs:g}: the bench may stop "
-                            "to promote where the gate will not, or go on where it would")
     if looks(sampling)[0] < policy.min_runs:
         warnings.append(f"sampling.sequential.first {sampling.sequential.first} is below gate.min_runs "
                         f"{policy.min_runs}: a side stopped at the first look is insufficient evidence")

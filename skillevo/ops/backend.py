@@ -13,7 +13,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from skillevo.core import config, layout
+from skillevo.core import config, layout, params_edit
 from skillevo.core.errors import BadInput
 
 OFFLINE = {
@@ -29,7 +29,7 @@ def switch(choice: str, params: Path = layout.PARAMS) -> str:
     wanted = {**OFFLINE[choice], **RESET}
     if all(getattr(current, k) == v for k, v in wanted.items()):
         return f"backend: {params} already runs {choice} offline"
-    config.set_values(params, "model", wanted)
+    params_edit.set_values(params, "model", wanted)
     return (f"backend: {params} model.backend {current.backend} -> {wanted['backend']}, model.name {current.name} -> "
             f"{wanted['name']}, model.upstream {current.upstream} -> {wanted['upstream']}")
 

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from skillevo import stats
-from skillevo.core import config, documents, layout, memory, safefs, stage
+from skillevo.core import config, documents, layout, memory, params_edit, safefs, stage
 from skillevo.core.digests import sha256_file
 from skillevo.core.errors import BadInput, SkillevoError
 
@@ -212,7 +212,7 @@ def evolve(generations: int, dvc: str, noise: str | None = None, params: Path = 
     """Generations until one promotes and a fresh replicate confirms it; `noise` sets the simulator's profile."""
     current = config.load(params)
     if noise and current.model.simulated and current.simulator.noise != noise:
-        config.set_value(params, "simulator", "noise", noise)
+        params_edit.set_value(params, "simulator", "noise", noise)
         print(f"evolve: simulator.noise {current.simulator.noise} -> {noise} in {params} (docs/simulator.md)")
     for g in range(1, generations + 1):
         print(f"== generation {g} of {generations}", flush=True)
@@ -221,7 +221,7 @@ def evolve(generations: int, dvc: str, noise: str | None = None, params: Path = 
         ds = _generation(dvc)
         if promoted(ds):
             replicate = config.load(params).sampling.replicate + 1
-            config.set_value(params, "sampling", "replicate", replicate)
+            params_edit.set_value(params, "sampling", "replicate", replicate)
             print(f"   confirming: sampling.replicate {replicate - 1} -> {replicate}, both sides measured afresh",
                   flush=True)
             ds = _generation(dvc, confirms=g)
