@@ -130,7 +130,7 @@ def test_the_relay_replaces_the_placeholder_with_the_bearer_token(tmp_path):
                 conn = http.client.HTTPConnection("sandbox")
                 conn.sock = s
                 # what the CLI in the sandbox sends: the placeholder, in both places it could put one
-                conn.request("POST", "/v1/messages", body=b"{}", headers={
+                conn.request("POST", "/v1/messages", body=b'{"model": "m", "messages": []}', headers={
                     "x-api-key": sandbox.PLACEHOLDER_KEY, "authorization": f"Bearer {sandbox.PLACEHOLDER_KEY}"})
                 assert conn.getresponse().status == 200
     finally:

@@ -163,8 +163,9 @@ def test_the_route_header_is_the_relays_and_one_the_agent_sends_is_dropped(tmp_p
                 conn.putrequest("POST", "/v1/messages")
                 for name in (ROUTE_HEADER, "X-Skillevo-Route", "x-skillevo-other"):
                     conn.putheader(name, "/cell/" + "b" * 32)
-                conn.putheader("content-length", "2")
-                conn.endheaders(b"{}")
+                body = b'{"model": "gpt-5-mini", "messages": []}'
+                conn.putheader("content-length", str(len(body)))
+                conn.endheaders(body)
                 assert conn.getresponse().status == 200
     finally:
         upstream.shutdown()

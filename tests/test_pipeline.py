@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from skillevo.core import config
+from skillevo.core import params_edit
 from tests.bench_fixtures import ROOT
 from tests.conftest import cmdline
 from tests.worktree import clone_of_worktree
@@ -143,9 +143,12 @@ def test_second_repro_with_nothing_changed_runs_no_stage(demo):
 
 @pytest.mark.parametrize("key, value, rerun", [
     ("quality_alpha", 0.2, {"gate"}),
-    ("min_improvement_pct", 6, {"preflight", "gate"}),  # the preflight states it: advisory, no session
+    ("resolution_margin", 1, {"gate"}),
+    # the preflight states it, and the candidate side's looks stop by it (the gate's own knob, issue 31): both
+    # benches run again, served from the cell store, as DVC must when a key their code reads changes
+    ("min_improvement_pct", 6, {"preflight", "bench@incumbent", "bench@candidate", "gate"}),
 ])
-def test_changing_only_a_gate_threshold_reruns_no_bench(demo, key, value, rerun):
+def test_changing_only_a_gate_threshold_reruns_what_reads_it(demo, key, value, rerun):
     params_file = demo["clone"] / "params.yaml"
     original = params_file.read_text()
     doc = yaml.safe_load(original)
@@ -165,7 +168,7 @@ def test_changing_how_cells_run_reruns_nothing(demo, key, value):
     """Workers, the executor, Ray and the outage breaker change how a bench runs, never what a cell measures."""
     params_file = demo["clone"] / "params.yaml"
     original = params_file.read_text()
-    config.set_value(params_file, "bench", key, value)
+    params_edit.set_value(params_file, "bench", key, value)
     try:
         out = run([DVC, "repro"], demo["clone"])
         assert ran(out) == set() and "Stage 'gate' didn't change" in out
@@ -201,7 +204,7 @@ def test_a_bench_killed_with_its_stage_or_its_dvc_resumes_paying_for_no_finished
 
     clone = tmp_path / "clone"
     shutil.copytree(demo["clone"], clone, symlinks=True)
-    config.set_value(clone / "params.yaml", "sampling", "incumbent_runs", 6)  # runs 1-3 are stored: 4-6 are new
+    params_edit.set_value(clone / "params.yaml", "sampling", "incumbent_runs", 6)  # runs 1-3 are stored: 4-6 are new
     before = _store_keys(clone)
     # under dash, the shell that does not exec a lone command: DVC runs stage commands with $SHELL
     proc = subprocess.Popen([DVC, "repro", "bench@incumbent"], cwd=clone, env=_env(SHELL="/bin/sh"),
@@ -235,10 +238,10 @@ def test_a_bench_killed_with_its_stage_or_its_dvc_resumes_paying_for_no_finished
     assert not list(side.parent.glob(".bench-incumbent.staging-*"))
     assert "bench@incumbent" not in run([DVC, "status"], clone)
     # make gc, then the configuration DVC recorded before: served by the run-cache, nothing runs or is paid
-    config.set_value(clone / "params.yaml", "sampling", "incumbent_runs", 3)
+    params_edit.set_value(clone / "params.yaml", "sampling", "incumbent_runs", 3)
     assert ran(run([DVC, "repro"], clone)) <= {"preflight"}
     assert "removed" in make(clone, "gc")
-    config.set_value(clone / "params.yaml", "sampling", "incumbent_runs", 6)
+    params_edit.set_value(clone / "params.yaml", "sampling", "incumbent_runs", 6)
     out = run([DVC, "repro", "bench@incumbent"], clone)
     assert ran(out) == set() and "Stage 'bench@incumbent' is cached" in out
 

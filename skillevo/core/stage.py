@@ -20,6 +20,7 @@ from pathlib import Path
 
 from skillevo.core import config
 from skillevo.core.config import Params
+from skillevo.core.declared import Declared, guard
 from skillevo.core.errors import (
     BadInput,
     BrokenEnvironment,
@@ -57,13 +58,13 @@ def family_options(parser: argparse.ArgumentParser, *, mirrors: bool = True) -> 
                             help="byte copies of the family that apply keeps in step [params skills.paths.mirrors]")
 
 
-def load_params(name: str, args: argparse.Namespace) -> Params:
+def load_params(name: str, args: argparse.Namespace, declared: Declared | None = None) -> Params:
     """params from --params (with --skills/--mirrors in place of `skills.paths` where a stage has --mirrors); its
-    warnings printed."""
+    warnings printed. With `declared` (a pipeline stage's PARAMS), only those keys can be read (core.declared)."""
     family = {"skills": args.skills, "mirrors": args.mirrors} if hasattr(args, "mirrors") else {}
     params = config.load(args.params, **family)
     warn(name, params.notes)
-    return params
+    return params if declared is None else guard(params, declared, name)
 
 
 def repo_dir(args: argparse.Namespace, params: Params) -> Path:

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from skillevo.apply import ApplyPaths, Fault, apply_promotion, revert
 from skillevo.core import layout, stage
+from skillevo.core.declared import Declared
 from skillevo.core.errors import BadInput
 
 EPILOG = """\
@@ -31,6 +32,10 @@ OPTIONS = (("--promotion", layout.PROMOTION, "the gate's promotion.json"),
            ("--repo", None, "repository root every destination path is relative to [params skills.root]"),
            ("--pipeline", None, "the folder holding dvc.yaml and dvc.lock [--repo]"),
            ("--receipt", layout.APPLY_RECEIPT, "receipt to write (or read with --revert)"))
+
+
+# the params this stage reads: none tracked, as DVC never runs it (frozen; make apply does)
+PARAMS = Declared((), untracked=("skills", "propose", "model", "gate", "tasks"))
 
 
 def parser() -> argparse.ArgumentParser:
@@ -52,12 +57,12 @@ def run(args: argparse.Namespace, fault: Fault | None = None) -> str:
     if now.utcoffset() is None:
         raise BadInput(f"--now {args.now!r} needs a UTC offset")
     if args.repo is None:
-        args.repo = stage.repo_dir(args, stage.load_params("apply", args))
+        args.repo = stage.repo_dir(args, stage.load_params("apply", args, PARAMS))
     paths = ApplyPaths(**{f.name: getattr(args, f.name) for f in fields(ApplyPaths)})  # one option per field
     log = functools.partial(print, file=sys.stderr, flush=True)
     if args.revert:
         return revert(paths, now=now, fault=fault, log=log).summary()
-    return apply_promotion(paths, now=now, params=lambda: stage.load_params("apply", args), fault=fault,
+    return apply_promotion(paths, now=now, params=lambda: stage.load_params("apply", args, PARAMS), fault=fault,
                            log=log).summary()
 
 

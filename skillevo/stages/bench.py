@@ -20,6 +20,19 @@ from pathlib import Path
 
 from skillevo.bench import plan, run_side
 from skillevo.core import layout, stage
+from skillevo.core.declared import Declared
+
+# the params this stage reads: `tracked` is its dvc.yaml entry's `params:` (tests/test_declared_params.py)
+PARAMS = Declared(("model", "arms", "tasks", "simulator", "sampling.runs", "sampling.incumbent_runs",
+                  "sampling.replicate", "sampling.sequential", "sampling.prior_cv", "sampling.plan_saving_pct",
+                  "sampling.cost_cap", "bench.limits", "bench.include_expensive", "bench.phase_timeout_s",
+                  "bench.max_retries", "bench.churn_exclude", "bench.canary", "bench.canary_tolerance",
+                  "gate.max_age_days", "bench.fault_reruns_pct",
+                  "gate.metric", "gate.alpha", "gate.min_improvement_pct", "gate.max_resolution_drop_pct",
+                  "gate.min_total_runs"),
+                  untracked=("bench.workers", "bench.executor", "bench.ray_address", "bench.ray_max_retries",
+                             "bench.ray_cell_resources", "bench.max_consecutive_failures", "bench.max_excluded_pct",
+                             "skills.evolvable", "skills.frontmatter_keys"))  # the last two: checks, never outcomes
 
 
 def parser() -> argparse.ArgumentParser:
@@ -46,7 +59,7 @@ def parser() -> argparse.ArgumentParser:
 
 
 def run(args: argparse.Namespace) -> str:
-    params = stage.load_params("bench", args)
+    params = stage.load_params("bench", args, PARAMS)
     out = args.out or layout.BENCH[args.side]
     side_plan = plan(args.side, args.tasks, stage.skills_dir(args, params), args.overlay, params,
                      args.include_expensive, modes=args.modes, incumbent=args.incumbent)

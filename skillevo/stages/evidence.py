@@ -19,8 +19,12 @@ import sys
 from pathlib import Path
 
 from skillevo.core import layout, stage
+from skillevo.core.declared import Declared
 from skillevo.core.errors import BadInput
 from skillevo.evidence import make_bundle, write_bundle
+
+# the params this stage reads: `tracked` is its dvc.yaml entry's `params:` (tests/test_declared_params.py)
+PARAMS = Declared(("evidence", "skills.evolvable", "tasks", "arms"))
 
 
 def parser() -> argparse.ArgumentParser:
@@ -38,7 +42,7 @@ def parser() -> argparse.ArgumentParser:
 
 
 def run(args: argparse.Namespace) -> str:
-    params = stage.load_params("evidence", args)
+    params = stage.load_params("evidence", args, PARAMS)
     learnings = args.learnings or (layout.LEARNINGS if layout.LEARNINGS.exists() else None)
     if args.seed and args.previous:
         raise BadInput("--seed is used instead of --previous; give one or the other (rule: one evidence source)")

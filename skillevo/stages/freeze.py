@@ -17,7 +17,11 @@ import sys
 from pathlib import Path
 
 from skillevo.core import layout, memory, stage
+from skillevo.core.declared import Declared
 from skillevo.freeze import freeze
+
+# the params this stage reads: `tracked` is its dvc.yaml entry's `params:` (tests/test_declared_params.py)
+PARAMS = Declared(("arms", "propose.max_changed_lines", "propose.allow", "skills", "tasks"))
 
 
 def parser() -> argparse.ArgumentParser:
@@ -40,7 +44,7 @@ def parser() -> argparse.ArgumentParser:
 
 
 def run(args: argparse.Namespace) -> str:
-    params = stage.load_params("freeze", args)
+    params = stage.load_params("freeze", args, PARAMS)
     manifest = freeze(args.overlay, params=params, tasks_file=args.tasks, repo=stage.repo_dir(args, params),
                       out=args.out, session=None if args.hand_written else args.session,
                       rejected=args.previous / memory.REJECTED_FILE)

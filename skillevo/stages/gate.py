@@ -17,9 +17,13 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from skillevo.core import layout, stage
+from skillevo.core.declared import Declared
 from skillevo.core.results import load_side
 from skillevo.gate import build_promotion, load_freeze, write_outputs, write_promotion
 from skillevo.gate.policy import metric_warning
+
+# the params this stage reads: `tracked` is its dvc.yaml entry's `params:` (tests/test_declared_params.py)
+PARAMS = Declared(("gate", "sampling.prior_cv", "sampling.plan_saving_pct", "sampling.cost_cap"))
 
 
 def parser() -> argparse.ArgumentParser:
@@ -34,7 +38,7 @@ def parser() -> argparse.ArgumentParser:
 
 
 def run(args: argparse.Namespace) -> str:
-    params = stage.load_params("gate", args)
+    params = stage.load_params("gate", args, PARAMS)
     policy = params.gate
     incumbent, candidate = load_side(args.incumbent, "incumbent"), load_side(args.candidate, "candidate")
     manifest = load_freeze(args.freeze)

@@ -18,6 +18,10 @@ from pathlib import Path
 
 from skillevo.bench import harness, mcpservers
 from skillevo.core import config, documents, layout, safefs, stage
+from skillevo.core.declared import Declared, guard
+
+# the params this stage reads: `tracked` is its dvc.yaml entry's `params:` (tests/test_declared_params.py)
+PARAMS = Declared(("arms",))
 
 
 def parser() -> argparse.ArgumentParser:
@@ -32,7 +36,7 @@ def run(args: argparse.Namespace) -> str:
     names = harness.stage_names()
     servers = {}
     if args.params is not None:
-        params = config.load(args.params)
+        params = guard(config.load(args.params), PARAMS, "identity")
         arms, _ = mcpservers.freeze(params.arms, args.params.parent, str(args.params))
         servers = {f"{name}.{server.name}": server.digest for name, arm in arms.items() for server in arm.mcp}
     for name in names:

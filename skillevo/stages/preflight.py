@@ -16,7 +16,12 @@ import sys
 from pathlib import Path
 
 from skillevo.core import documents, layout, planned, safefs, sampling, stage, tasks
+from skillevo.core.declared import Declared
 from skillevo.core.results import load_side
+
+# the params this stage reads: `tracked` is its dvc.yaml entry's `params:` (tests/test_declared_params.py)
+PARAMS = Declared(("sampling", "tasks", "gate.metric", "gate.alpha", "gate.min_improvement_pct",
+                  "gate.max_resolution_drop_pct", "gate.min_total_runs", "gate.min_runs", "gate.policy", "gate.test"))
 
 
 def parser() -> argparse.ArgumentParser:
@@ -30,7 +35,7 @@ def parser() -> argparse.ArgumentParser:
 
 
 def run(args: argparse.Namespace) -> str:
-    params = stage.load_params("preflight", args)
+    params = stage.load_params("preflight", args, PARAMS)
     loaded = tasks.load(args.tasks, target_roots=params.tasks.target_roots)
     split = tasks.split(loaded, params.tasks.gate, params.tasks.evidence, params.tasks.shared, params.source)
     side = load_side(args.incumbent, "incumbent")

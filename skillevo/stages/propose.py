@@ -15,9 +15,13 @@ from pathlib import Path
 
 from skillevo import backends, propose
 from skillevo.core import layout, overlay, stage
+from skillevo.core.declared import Declared
 from skillevo.core.errors import BrokenEnvironment
 from skillevo.simulator import Playbook, Simulator, generic, load_dir
 from skillevo.simulator.proposer import SimulatedProposer
+
+# the params this stage reads: `tracked` is its dvc.yaml entry's `params:` (tests/test_declared_params.py)
+PARAMS = Declared(("model", "propose", "skills.evolvable", "skills.frontmatter_keys"))
 
 
 def parser() -> argparse.ArgumentParser:
@@ -34,7 +38,7 @@ def parser() -> argparse.ArgumentParser:
 
 
 def run(args: argparse.Namespace) -> str:
-    params = stage.load_params("propose", args)
+    params = stage.load_params("propose", args, PARAMS)
     evolvable = list(params.skills.evolvable)
     limits = overlay.Limits.from_params(params)
     prompt = propose.render_prompt(args.prompt, evolvable, limits.max_changed_lines, limits.allow)
