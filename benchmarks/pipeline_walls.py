@@ -1,14 +1,17 @@
-"""Pipeline walls: `make demo` on a fresh clone, then a no-op `dvc repro` in it.
+"""Pipeline walls: the identity stage alone, `make demo` on a fresh clone, then a no-op `dvc repro` in it.
 
-Prints `demo_s=<seconds>` (target <= 180 on 2 cores) and, last, `noop_repro_s=<median of 5>` (target
-<= 1.5). The clone reuses this checkout's venv and CLI (VENV/TOOLS), so setup time is not counted.
+Prints `identity_s=<median of 5>` (the stage every repro runs; target <= 0.3), `demo_s=<seconds>` (target <= 180
+on 2 cores) and, last, `noop_repro_s=<median of 5>` (target <= 1.5). `--identity` measures the first alone. The
+clone reuses this checkout's venv and CLI (VENV/TOOLS), so setup time is not counted.
 """
 
 from __future__ import annotations
 
+import argparse
 import os
 import statistics
 import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -16,7 +19,26 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 
+def identity_walls(runs: int = 5) -> list[float]:
+    with tempfile.TemporaryDirectory(prefix="skillevo-identity-") as tmp:
+        argv = [sys.executable, "-m", "skillevo.stages.identity", "--params", str(ROOT / "params.yaml"), "--out", tmp]
+        walls = []
+        for _ in range(runs):
+            start = time.monotonic()
+            subprocess.run(argv, check=True, capture_output=True, cwd=ROOT)
+            walls.append(time.monotonic() - start)
+    return walls
+
+
 def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--identity", action="store_true", help="measure the identity stage only")
+    args = parser.parse_args()
+    walls = identity_walls()
+    print(f"identity stage: {', '.join(f'{w:.2f}' for w in walls)} s")
+    print(f"identity_s={statistics.median(walls):.2f}")
+    if args.identity:
+        return
     env = {**os.environ, "DVC_NO_ANALYTICS": "1"}
     with tempfile.TemporaryDirectory(prefix="skillevo-walls-") as tmp:
         clone = Path(tmp) / "clone"

@@ -113,3 +113,53 @@ def test_the_family_directories_are_templated_from_params():
         body = stage.get("do", stage)
         for path in [*body.get("deps", []), *body["cmd"].split()]:
             assert path not in family and not any(path.startswith(f + "/") for f in family), f"{name}: {path}"
+
+
+def test_the_identity_stage_loads_no_bench_and_the_bench_closure_still_holds_all_of_it():
+    """Issue 31, item 7: the identity stage runs on every repro and once loaded the whole bench (skillevo.bench's
+    __init__ imported every module) and parsed each module once per closure: 1.8-2.5 s. The package now loads its
+    names on first use; a stage that uses the bench still digests all of it, through the import the lazy lookup
+    makes (`make bench-pipeline` prints identity_s)."""
+    import subprocess
+    import sys
+
+    code = ("import sys, skillevo.stages.identity\n"
+            "print(' '.join(sorted(m for m in sys.modules if m.startswith(('skillevo', 'numpy', 'scipy')))))")
+    loaded = set(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                                cwd=ROOT).stdout.split())
+    assert "skillevo.bench.harness" in loaded
+    assert not loaded & {"skillevo.bench.api", "skillevo.bench.side", "skillevo.bench.cell", "skillevo.simulator",
+                         "skillevo.stats", "numpy", "scipy"}, loaded
+    bench = harness.closure("skillevo/stages/bench.py")
+    assert {"skillevo/bench/side.py", "skillevo/bench/cell.py", "skillevo/sandbox/relay.py",
+            "skillevo/bench/api.py"} <= bench
+
+
+def test_a_module_read_by_its_import_lines_gives_what_a_full_parse_gives():
+    """The closures read each module's import lines alone (ten times faster than parsing it); every module of the
+    package gives the same names as a walk of its whole syntax tree, and a line that does not parse alone (a
+    backslash continuation) falls back to that walk."""
+    import ast
+
+    def full(text: str, package: str) -> set[str]:
+        names = set()
+        for node in ast.walk(ast.parse(text)):
+            if isinstance(node, ast.Import):
+                names.update(a.name for a in node.names)
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    parts = package.split(".")[: len(package.split(".")) - node.level + 1]
+                    base = ".".join([*parts, base] if base else parts)
+                names.add(base)
+                names.update(f"{base}.{a.name}" for a in node.names)
+        return {n for n in names if n.split(".")[0] in PACKAGES}
+
+    for path in sorted((ROOT / "skillevo").rglob("*.py")):
+        package = ".".join(path.relative_to(ROOT).with_suffix("").parts)
+        package = package.removesuffix(".__init__") if path.name == "__init__.py" else package.rpartition(".")[0]
+        assert harness.imports(path) == full(path.read_text(), package), path
+    tricky = ("def f():\n    from skillevo.core import \\\n        layout\n    import skillevo.core.safefs\n\n\n"
+              "class C:\n    from skillevo.gate import (\n        policy,\n    )\n")
+    assert harness._imports(tricky, "skillevo.x") == full(tricky, "skillevo.x") == {
+        "skillevo.core", "skillevo.core.layout", "skillevo.core.safefs", "skillevo.gate", "skillevo.gate.policy"}

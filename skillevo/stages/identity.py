@@ -16,9 +16,9 @@ import argparse
 import sys
 from pathlib import Path
 
-from skillevo.bench import harness, mcpservers
-from skillevo.core import config, documents, layout, safefs, stage
-from skillevo.core.declared import Declared, guard
+from skillevo.bench import harness
+from skillevo.core import documents, layout, safefs, stage
+from skillevo.core.declared import Declared
 
 # the params this stage reads: `tracked` is its dvc.yaml entry's `params:` (tests/test_declared_params.py)
 PARAMS = Declared(("arms",))
@@ -32,13 +32,25 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
+def _servers(path: Path) -> dict[str, str]:
+    """Each arm's MCP servers' digests. Loading and checking params and reading the servers costs more than the rest
+    of this stage, which runs on every repro: a file that names no server is done with at its YAML."""
+    doc = documents.load_yaml(path, what="params file")
+    arms = doc.get("arms") if isinstance(doc, dict) else None
+    if not isinstance(arms, dict) or not any(isinstance(arm, dict) and arm.get("mcp") for arm in arms.values()):
+        return {}
+    from skillevo.bench import mcpservers
+    from skillevo.core import config
+    from skillevo.core.declared import guard
+
+    params = guard(config.load(path), PARAMS, "identity")
+    frozen, _ = mcpservers.freeze(params.arms, path.parent, str(path))
+    return {f"{name}.{server.name}": server.digest for name, arm in frozen.items() for server in arm.mcp}
+
+
 def run(args: argparse.Namespace) -> str:
     names = harness.stage_names()
-    servers = {}
-    if args.params is not None:
-        params = guard(config.load(args.params), PARAMS, "identity")
-        arms, _ = mcpservers.freeze(params.arms, args.params.parent, str(args.params))
-        servers = {f"{name}.{server.name}": server.digest for name, arm in arms.items() for server in arm.mcp}
+    servers = _servers(args.params) if args.params is not None else {}
     for name in names:
         identity = harness.stage_identity(name)
         if name == "bench" and servers:
