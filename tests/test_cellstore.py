@@ -95,6 +95,35 @@ def test_the_harness_digest_follows_the_bench_code_and_not_the_gate(tmp_path, mo
     assert all(v and not v.startswith("unavailable") for v in harness.tool_versions().values()), harness.tool_versions()
 
 
+def test_a_simulator_edit_leaves_a_real_models_cells_servable_and_keys_simulated_ones(tmp_path, monkeypatch):
+    """Issue 31, item 2: the bench's closure holds the simulator (the bench imports it), and every edit of it made
+    every stored cell unservable, those paid against a real API too. A cell's key now holds the engine's digest
+    (the closure without the simulator), and a simulated cell's the simulator's as well."""
+    shutil.copytree(ROOT / "skillevo", tmp_path / "skillevo", ignore=shutil.ignore_patterns("__pycache__"))
+    monkeypatch.setattr(harness, "ROOT", tmp_path)
+    assert "skillevo/simulator/noise.py" in harness.closure(harness.BENCH_SCRIPT)
+    engine, simulator = harness.engine_digest.__wrapped__(), harness.simulator_digest.__wrapped__()
+    noise = tmp_path / "skillevo/simulator/noise.py"
+    noise.write_bytes(noise.read_bytes() + b"# tuned\n")
+    assert harness.engine_digest.__wrapped__() == engine  # a real model's cells: still served
+    assert harness.simulator_digest.__wrapped__() != simulator  # a simulated cell's key moves with it
+    cell = tmp_path / "skillevo/bench/cell.py"
+    cell.write_bytes(cell.read_bytes() + b"\n")
+    assert harness.engine_digest.__wrapped__() != engine
+
+
+def test_a_simulated_sides_cells_are_keyed_on_the_simulators_code(tmp_path):
+    from skillevo.bench import plan, store_context
+    from skillevo.simulator.noise import Noise
+
+    tasks_file = make_mini(tmp_path)
+    p = params()
+    side = plan("incumbent", tasks_file, ROOT / "skills", None, p)
+    ctx = store_context(p, side, Noise.from_params(p.simulator, p.sampling.replicate))
+    assert ctx.simulator["code"] == harness.simulator_digest() and ctx.harness == harness.digest()
+    assert harness.identity()["code"] == harness.engine_digest() != harness.code_digest()
+
+
 @pytest.fixture(scope="module")
 def stored(tmp_path_factory):
     """A mini incumbent side run once into a store: (tasks file, store, first output)."""

@@ -55,8 +55,10 @@ def session_endpoint(model: Model, session: SessionRef | str | None = None) -> E
     """A session's endpoint. `session` (a SessionRef, or a simulator path such as /mode/proposer) names it to the
     simulator: in the base URL when the CLI talks to it directly, in a header behind a gateway (the proxy forwards
     `x-` headers to its upstream when that is the simulator); a real model ignores it."""
+    if not model.simulated:  # before the route: a real model's session runs no simulator code
+        return Endpoint(model.endpoint)
     route = session.route() if isinstance(session, SessionRef) else session or ""
-    if not model.simulated or not route:
+    if not route:
         return Endpoint(model.endpoint)
     if model.gateway:
         return Endpoint(model.endpoint, ((noise.ROUTE_HEADER, route),))

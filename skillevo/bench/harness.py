@@ -22,6 +22,7 @@ ROOT = Path(__file__).resolve().parents[2]  # the checkout, or site-packages: pa
 PACKAGES = ("skillevo",)
 STAGES = "skillevo/stages"
 BENCH_SCRIPT = f"{STAGES}/bench.py"
+SIMULATOR = "skillevo/simulator/"  # the offline model: a backend, not the engine (engine_digest)
 # Files a module reads at run time besides its imports.
 DATA = {
     "skillevo/core/schemas.py": {"skillevo/schemas"},  # every schema is in the registry (schemas refer to each other)
@@ -157,9 +158,26 @@ def code_digest(script: str = BENCH_SCRIPT) -> str:
     return framed_digest(_files(closure(script)))
 
 
+def _simulator(rel: str) -> bool:
+    return rel.startswith(SIMULATOR)
+
+
+@functools.cache
+def engine_digest() -> str:
+    """The bench's code without the simulator's: what a cell on any backend runs. A real model's cell never runs
+    simulator code, so an edit there must not make its stored cells unservable (paid again)."""
+    return framed_digest(_files({rel for rel in closure(BENCH_SCRIPT) if not _simulator(rel)}))
+
+
+@functools.cache
+def simulator_digest() -> str:
+    """The simulator's code in the bench's closure: in the key of simulated cells only (skillevo.bench.side)."""
+    return framed_digest(_files({rel for rel in closure(BENCH_SCRIPT) if _simulator(rel)}))
+
+
 def identity() -> dict[str, str]:
-    """The bench harness as the cell store keys it: its code's digest and the tools' versions."""
-    return {"code": code_digest(), **tool_versions()}
+    """The bench harness as the cell store keys it: its engine's digest and the tools' versions."""
+    return {"code": engine_digest(), **tool_versions()}
 
 
 def digest() -> str:

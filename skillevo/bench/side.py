@@ -197,7 +197,8 @@ def store_context(params: Params, p: SidePlan, noise: Noise | None) -> cellstore
     if noise is not None:
         books = safefs.read_tree(p.tasks_file.parent / "playbooks", max_file_bytes=4 << 20, max_total_bytes=32 << 20,
                                  what="playbook")
-        simulated = {**noise.provenance(), "playbooks": framed_digest(books.items())}
+        simulated = {**noise.provenance(), "playbooks": framed_digest(books.items()),
+                     "code": harness.simulator_digest()}  # the simulator's code keys simulated cells only
     return cellstore.Context(harness.digest(), params.sampling.replicate, simulated)
 
 
