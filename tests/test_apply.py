@@ -592,7 +592,7 @@ def test_sigkill_mid_apply_leaves_a_record_a_rerun_restores_from(pipe: Pipeline)
 
     result = _stage(pipe, "--revert")
     assert result.returncode == 2, result.stderr
-    assert "recovered from" in result.stderr and "apply: refused: no receipt" in result.stderr
+    assert "recovered from" in result.stderr and "revert: refused: no receipt" in result.stderr
     assert_clean(pipe, pipe.originals())
     result = _stage(pipe)
     assert result.returncode == 0, result.stderr
@@ -628,9 +628,11 @@ def test_the_stage_exit_codes_and_messages(pipe: Pipeline, capsys):
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # the transaction's handlers are gone
     assert signal.getsignal(signal.SIGTERM) == signal.SIG_DFL
     assert stage.main([*pipe.cli_args(), "--revert"]) == 0
-    assert "apply: reverted 4 file(s)" in capsys.readouterr().out
+    reverted = capsys.readouterr().out  # a revert speaks as one, and asks for no review (issue 32, rough edges)
+    assert "revert: restored 4 file(s)" in reverted and "nothing to review" in reverted
+    assert "apply:" not in reverted and "next steps" not in reverted
     assert stage.main([*pipe.cli_args(), "--revert"]) == 2
-    assert capsys.readouterr().err.startswith("apply: refused: no receipt")
+    assert capsys.readouterr().err.startswith("revert: refused: no receipt")
     assert stage.main([*pipe.cli_args(), "--now", "2025-03-02T00:00:00"]) == 2
     assert "needs a UTC offset" in capsys.readouterr().err
     with pytest.raises(SystemExit):
@@ -869,7 +871,7 @@ def test_sigkill_mid_apply_with_creations_leaves_a_record_a_rerun_restores_from(
 
     result = _stage(creating, "--revert")
     assert result.returncode == 2, result.stderr
-    assert "recovered from" in result.stderr and "apply: refused: no receipt" in result.stderr
+    assert "recovered from" in result.stderr and "revert: refused: no receipt" in result.stderr
     assert creating.tree() == before and creating.records() == []
     result = _stage(creating)
     assert result.returncode == 0, result.stderr

@@ -1,7 +1,8 @@
 """What an apply or a revert did, told to the person who ran it: the files, the diff, and what to do next.
 
 Apply leaves an ordinary working-tree diff and never commits or pushes, so its summary ends with how to
-review the change and commit it yourself.
+review the change and commit it yourself; a revert's, with what is left to do: nothing, unless the apply was
+committed.
 """
 
 from __future__ import annotations
@@ -24,6 +25,8 @@ class Outcome:
     inputs: list[str] = field(default_factory=list)
 
     def summary(self) -> str:
+        if self.action == "reverted":
+            return self._reverted()
         lines = [*self.inputs, f"apply: {self.action} {len(self.files)} file(s) (swap: {self.swap}):"]
         lines += [f"  {f['path']}  {_short(f['before_sha256'], 'new')} -> {_short(f['after_sha256'], 'deleted')}"
                   for f in self.files]
@@ -47,6 +50,16 @@ class Outcome:
                       f"--cached --ignore-unmatch -- {' '.join(deleted)})"]
         undo = "  To undo this apply: skillevo revert (make revert)" if self.action == "applied" else ""
         lines += ["apply never commits or pushes." + undo]
+        return "\n".join(lines)
+
+    def _reverted(self) -> str:
+        lines = [f"revert: restored {len(self.files)} file(s) to their bytes before the apply (swap: {self.swap}):"]
+        lines += [f"  {f['path']}  {_short(f['before_sha256'], 'new')} -> {_short(f['after_sha256'], 'deleted')}"
+                  for f in self.files]
+        lines += [f"revert record: {self.record}", "git diff --stat:"]
+        lines += ["  " + line for line in self.diff_stat.splitlines()]
+        lines += ["nothing to review: the skills are as they were before the apply. If the apply was committed, the "
+                  "diff above undoes that commit: commit it, or `git revert` the apply's commit instead."]
         return "\n".join(lines)
 
 

@@ -67,7 +67,8 @@ def run(args: argparse.Namespace, fault: Fault | None = None) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    return stage.main("apply", parser(), run, argv)
+    name = "revert" if "--revert" in (sys.argv[1:] if argv is None else argv) else "apply"  # how messages begin
+    return stage.main(name, parser(), run, argv)
 
 
 if __name__ == "__main__":
