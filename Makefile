@@ -179,7 +179,7 @@ bench-cells: setup-test
 clean:
 	rm -rf $(VENV) .tools .pytest_cache results
 
-# --- Container image (README, "Container") ----------------------------------------------------------
+# --- Container image (docs/container.md) -----------------------------------------------------------------
 # docker when its engine answers, else podman; CONTAINER_ENGINE=docker|podman chooses. BASE_IMAGE (empty:
 # the Dockerfile's pinned default) is any Debian 12 image; CA_BUNDLE is a PEM file for networks that
 # intercept TLS, passed as a build secret (never stored in a layer).
@@ -231,7 +231,7 @@ image-run:
 	owner=$$(stat -c %u:%g "$(REPO)"); \
 	if [ "$$engine" = podman ] && [ "$$(id -u)" != 0 ]; then args+=(--userns "keep-id:uid=$(IMAGE_UID),gid=$(IMAGE_UID)"); \
 	else args+=(--user "$$owner"); [ "$${owner%%:*}" = "$(IMAGE_UID)" ] || args+=(-e HOME=/tmp); \
-	  [ "$${owner%%:*}" != 0 ] || echo "note: $(REPO) is owned by root, so the container runs as root (see README, Container)"; fi; \
+	  [ "$${owner%%:*}" != 0 ] || echo "note: $(REPO) is owned by root, so the container runs as root (see docs/container.md)"; fi; \
 	echo "$$engine $${args[*]} $(IMAGE_RUN_ARGS) --entrypoint /usr/bin/env $(IMAGE) $(RUN)"; \
 	"$$engine" "$${args[@]}" $(IMAGE_RUN_ARGS) --entrypoint /usr/bin/env "$(IMAGE)" $(RUN)
 

@@ -4,7 +4,7 @@ Before apply re-reads anything, each output it depends on (promotion.json, the f
 hold exactly the bytes `dvc repro` recorded: a file by its md5 in dvc.lock, a directory file by file through the
 `.dir` listing in the DVC cache. A hand-edited promotion.json, a forged row or transcript, or a side copied in
 from elsewhere no longer matches. What this does not stop: someone who rewrites dvc.lock, the cache and every
-output together (README, Security).
+output together (docs/security.md).
 """
 
 from __future__ import annotations

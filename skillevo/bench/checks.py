@@ -9,7 +9,7 @@ skillevo's own pytest.ini (`-c`), rootdir and conftest discovery confined to the
 JUnit report written outside the workspace. It passes only when the runner exits 0 and the report shows every
 bound oracle test (tasks.oracle_tests) passed and nothing else. Its output is never read, and its timing is
 never recorded: the code under test runs inside the oracle process and can read the oracle while it runs, so
-only one bit may leave the phase (README, Security).
+only one bit may leave the phase (docs/security.md).
 """
 
 from __future__ import annotations

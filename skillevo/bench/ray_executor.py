@@ -80,7 +80,7 @@ def _check_node(spec: CellSpec) -> None:
         if not path.is_dir():
             raise NodeUnfit(f"{where} has no {what} {path}: Ray workers need the driver's paths (a shared "
                             "filesystem, or the project image with the checkout and the bench scratch directory "
-                            "mounted at the same paths; see README, Running the bench on Ray)")
+                            "mounted at the same paths; see docs/ray.md)")
     if not _prerequisites_ok:
         from skillevo import sandbox  # noqa: PLC0415 - only workers need these checks
         from skillevo.agent import cli  # noqa: PLC0415
@@ -246,7 +246,7 @@ class RayExecutor:
             raise RayExecutorError(
                 f"no node of the Ray cluster ({len(nodes)} alive) offers {wanted} (bench.ray_cell_resources): start "
                 f"the workers that have bwrap, socat and the pinned CLI with `ray start ... --resources="
-                f"'{{\"{SANDBOX_RESOURCE}\": <cells at once>}}'` (see README, Running the bench on Ray)")
+                f"'{{\"{SANDBOX_RESOURCE}\": <cells at once>}}'` (see docs/ray.md)")
         log.info("ray: %d of %d node(s) can run cells", len(fit), len(nodes))
 
     def _submit(self, task: Any, cell: CellSpec, stop_file: str) -> Any:

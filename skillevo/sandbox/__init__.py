@@ -64,7 +64,7 @@ def preflight() -> None:
             f"bubblewrap cannot create its sandbox here ({detail or finished.state}). It needs unprivileged user "
             "namespaces (sysctl kernel.unprivileged_userns_clone=1 / user.max_user_namespaces > 0); inside Docker "
             "run with --security-opt seccomp=unconfined --security-opt apparmor=unconfined "
-            "--security-opt systempaths=unconfined (see README, Troubleshooting)")
+            "--security-opt systempaths=unconfined (see docs/troubleshooting.md)")
 
 
 class _Namespace:
