@@ -28,11 +28,13 @@ from skillevo.core.tasks import Task
 
 
 def _each(problems: list[str], check: Callable[[], object]) -> object | None:
-    """Run one check; its refusal becomes a problem line and the other checks still run."""
+    """Run one check; its refusal becomes a problem line (once: the bench's plan and check's own reading meet the
+    same family and tasks) and the other checks still run."""
     try:
         return check()
     except SkillevoError as e:
-        problems.append(str(e))
+        if str(e) not in problems:
+            problems.append(str(e))
         return None
 
 

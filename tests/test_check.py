@@ -67,6 +67,18 @@ def test_every_problem_is_one_line_in_one_pass(tmp_path, capsys):
     assert err[-1].startswith("check: refused: ") and "problem(s) above" in err[-1]
 
 
+def test_a_problem_two_checks_meet_is_said_once(tmp_path, capsys):
+    """The bench's plan and check's own reading of the family both meet a bad frontmatter; check said it twice
+    (issue 32, rough edges)."""
+    root = _world(tmp_path)
+    skill = root / "skills/work/SKILL.md"
+    skill.write_text(skill.read_text().replace("name: work", "name: Work Skill", 1))
+    assert _check(root, "--no-tasks") == 2
+    problems = [line for line in capsys.readouterr().err.splitlines() if "(rule: " in line]
+    assert problems and len(problems) == len(set(problems)), problems
+    assert sum("skills/work/SKILL.md" in line for line in problems) == 1, problems
+
+
 def test_a_real_backend_without_a_credential_is_a_problem(tmp_path, capsys, monkeypatch):
     for name in ("ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN"):
         monkeypatch.delenv(name, raising=False)
