@@ -218,7 +218,8 @@ def parser() -> argparse.ArgumentParser:
 def run(args: argparse.Namespace) -> str:
     written = init(args.folder, args.skills, args.mirrors)
     return (f"init: {len(written)} files in {args.folder}; next: edit {args.folder}/tasks/tasks.yaml, commit, then "
-            f"`skillevo check` and `dvc repro` in {args.folder}")
+            f"`skillevo check` and `dvc repro` in {args.folder}; commit {args.folder}/dvc.lock after each repro: it is "
+            "the generation's record, which `skillevo apply` checks every output against")
 
 
 def main(argv: list[str] | None = None) -> int:
