@@ -3,6 +3,7 @@
     skillevo init [DIR]            write the pipeline into DIR (default evolve/) of this git repository
     skillevo setup                 install the pinned Claude Code CLI (~/.local/share/skillevo)
     skillevo check                 what can be known wrong before anything is paid, one line per problem
+    skillevo run TASK [--arm A]    one task on one arm, once, as the bench runs it; skillevo show DIR reads it
     skillevo apply | revert        write the promoted skills into the repository, or undo that
     skillevo status | report       the current generation's decision; every archived generation
     skillevo cells ls|push|pull|gc the cell store (docs/cell-store.md)
@@ -23,6 +24,8 @@ COMMANDS: dict[str, tuple[str, tuple[str, ...], str]] = {
     "init": ("skillevo.ops.init", (), "write the pipeline into a folder of this repository"),
     "setup": ("skillevo.agent.install", (), "install the pinned Claude Code CLI"),
     "check": ("skillevo.ops.check", (), "everything that can be known wrong before any money is spent"),
+    "run": ("skillevo.ops.one_cell", (), "one task on one arm, once, as the bench runs it"),
+    "show": ("skillevo.ops.transcript_view", (), "a run's or a side's transcripts, readably"),
     # run in the pipeline's folder: dvc.lock is here, the skills below params skills.root
     "apply": ("skillevo.stages.apply", ("--pipeline", "."), "write the promoted skills, transactionally, for review"),
     "revert": ("skillevo.stages.apply", ("--pipeline", ".", "--revert"), "undo the last apply"),
