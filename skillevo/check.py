@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-from skillevo import backends, freeze, simulator
+from skillevo import backends, freeze
 from skillevo.bench import sideplan
 from skillevo.core import config, layout, sampling, tasks
 from skillevo.core.config import Params
@@ -63,6 +63,8 @@ def configuration(params_file: Path, tasks_file: Path, modes_file: Path, repo: P
                      for why in sampling.unpromotable(len(split.gate), params.sampling, params.gate)]
     _each(problems, lambda: backends.preflight(params.model))
     if params.model.simulated and loaded:
+        from skillevo import simulator  # a backend like the others: imported only when params choose it
+
         book = _each(problems, lambda: simulator.load_dir(tasks_file.parent / "playbooks"))
         if isinstance(book, simulator.Playbook):
             problems += [f"{tasks_file}: task {t.id}: the offline simulator cannot play it: no playbook task matches "

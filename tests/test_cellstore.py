@@ -342,3 +342,18 @@ def test_a_cell_never_stored_is_a_quiet_miss(tmp_path, specs):
     with pytest.raises(cellstore.Miss) as missed:
         cellstore.Store(tmp_path / "store").serve(specs[0], CTX, 90)
     assert str(missed.value) == cellstore.NOT_STORED
+
+
+def test_a_real_backends_bench_propose_and_check_import_no_simulator():
+    """Issue 31, item 2: the simulator is one backend, imported where params choose it and nowhere else (the bench,
+    the propose stage, check and the backends registry imported it on every run)."""
+    code = ("import sys\n"
+            "import skillevo.bench.api, skillevo.stages.bench, skillevo.stages.propose, skillevo.check\n"
+            "import skillevo.backends, skillevo.ops.one_cell\n"
+            "from skillevo import backends\n"
+            "from skillevo.core import models\n"
+            "model = models.Model('anthropic', 'claude-sonnet-4-6', 'https://api.anthropic.com')\n"
+            "backends.session_endpoint(model, backends.SessionRef('t', 'a', 1, 1, 'm', 0))\n"
+            "print(' '.join(m for m in sys.modules if m.startswith('skillevo.simulator')))")
+    loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT)
+    assert loaded.stdout.split() == [], loaded.stdout

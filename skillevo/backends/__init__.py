@@ -22,7 +22,6 @@ from skillevo.backends import gateway
 from skillevo.core import models
 from skillevo.core.errors import BrokenEnvironment
 from skillevo.core.models import Credential, Model
-from skillevo.simulator import noise
 
 
 @dataclass(frozen=True)
@@ -39,6 +38,8 @@ class SessionRef:
     slot: int | None = None
 
     def route(self) -> str:
+        from skillevo.simulator import noise  # the simulator's: imported only for a simulated model
+
         return noise.route(self.task, self.arm, self.run, self.session, moment=self.moment,
                            slot=self.slot if self.moment is not None else None)
 
@@ -61,7 +62,9 @@ def session_endpoint(model: Model, session: SessionRef | str | None = None) -> E
     if not route:
         return Endpoint(model.endpoint)
     if model.gateway:
-        return Endpoint(model.endpoint, ((noise.ROUTE_HEADER, route),))
+        from skillevo.simulator.noise import ROUTE_HEADER
+
+        return Endpoint(model.endpoint, ((ROUTE_HEADER, route),))
     return Endpoint(model.endpoint.rstrip("/") + route)
 
 

@@ -38,8 +38,6 @@ from skillevo.core.results import (
     served_models,
 )
 from skillevo.core.schemas import validate
-from skillevo.simulator import Playbook, Simulator, generic, load_dir
-from skillevo.simulator.noise import Noise
 
 
 class Outage(BrokenEnvironment):
@@ -184,14 +182,7 @@ def _check_tasks(p: SidePlan, params: Params, quiet: bool) -> None:
         raise BadInput("; ".join(problems) + " (rule: check before paying)")
 
 
-def _solved(p: SidePlan, book: Playbook) -> tuple[generic.SolvedTask, ...]:
-    """The side's tasks that no playbook task plays and that have a solution: the generic simulated agent's."""
-    names = frozenset(layout.skill_names_in(p.family))
-    return tuple(generic.solved(t, names) for t in p.tasks
-                 if t.solution is not None and book.task_for(t.prompt) is None)
-
-
-def store_context(params: Params, p: SidePlan, noise: Noise | None) -> cellstore.Context:
+def store_context(params: Params, p: SidePlan, noise: Any) -> cellstore.Context:
     """What every cell key of this side shares (skillevo.bench.cellstore)."""
     simulated = None
     if noise is not None:
@@ -277,10 +268,11 @@ def run_side(p: SidePlan, params: Params, out: Path, *, executor: Executor | Non
         scratch = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="skillevo-bench-", dir=scratch_root)))
         _check_headroom(scratch, params.bench)
         simulator, noise = None, None
-        if params.model.simulated:
-            noise = Noise.from_params(params.simulator, params.sampling.replicate)
-            book = load_dir(p.tasks_file.parent / "playbooks")
-            simulator = Simulator(book, noise=noise, max_retries=params.bench.max_retries, solved=_solved(p, book))
+        if params.model.simulated:  # a backend like the others: imported only when params choose it
+            from skillevo.simulator.for_side import for_side
+
+            simulator, noise = for_side(p.tasks, frozenset(layout.skill_names_in(p.family)),
+                                        p.tasks_file.parent / "playbooks", params)
         mdl, credential = stack.enter_context(backends.open_model(params.model, simulator=simulator))
         runner = executor or _executor(params, credential)
         cells = build_cells(p, params.bench, mdl, scratch)

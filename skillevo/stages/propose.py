@@ -17,8 +17,6 @@ from skillevo import backends, propose
 from skillevo.core import layout, overlay, stage
 from skillevo.core.declared import Declared
 from skillevo.core.errors import BrokenEnvironment
-from skillevo.simulator import Playbook, Simulator, generic, load_dir
-from skillevo.simulator.proposer import SimulatedProposer
 
 # the params this stage reads: `tracked` is its dvc.yaml entry's `params:` (tests/test_declared_params.py)
 PARAMS = Declared(("model", "propose", "skills.evolvable", "skills.frontmatter_keys"))
@@ -44,7 +42,10 @@ def run(args: argparse.Namespace) -> str:
     prompt = propose.render_prompt(args.prompt, evolvable, limits.max_changed_lines, limits.allow)
     with ExitStack() as stack:
         sim = None
-        if params.model.simulated:
+        if params.model.simulated:  # a backend like the others: imported only when params choose it
+            from skillevo.simulator import Playbook, Simulator, generic, load_dir
+            from skillevo.simulator.proposer import SimulatedProposer
+
             book = load_dir(args.playbooks)
             family = layout.read_family(stage.skills_dir(args, params), params.skills.frontmatter_keys)
             known = generic.command_instructions(family, evolvable)  # the generic agent's steps, for tasks it plays
