@@ -32,6 +32,8 @@ def _each(problems: list[str], check: Callable[[], object]) -> object | None:
     same family and tasks) and the other checks still run."""
     try:
         return check()
+    except tasks.Placeholder:
+        return None  # init's placeholder task: a to-do (tasks.placeholders), not a problem
     except SkillevoError as e:
         if str(e) not in problems:
             problems.append(str(e))
@@ -41,7 +43,8 @@ def _each(problems: list[str], check: Callable[[], object]) -> object | None:
 def configuration(params_file: Path, tasks_file: Path, modes_file: Path, repo: Path | None = None
                   ) -> tuple[list[str], Params | None, list[Task]]:
     """The problems (one line each) of everything a bench reads but the tasks' code; with the parsed params and
-    tasks when they parse. `repo`: the git repository the skills paths are relative to [params skills.root]."""
+    tasks when they parse (init's placeholder task left out: tasks.placeholders says to replace it). `repo`: the git
+    repository the skills paths are relative to [params skills.root]."""
     problems: list[str] = []
     params = _each(problems, lambda: config.load(params_file))
     if not isinstance(params, Params):
@@ -55,7 +58,7 @@ def configuration(params_file: Path, tasks_file: Path, modes_file: Path, repo: P
         rels = [f"{root}/{rel}" for root in params.skills.roots for rel in sorted(family)]
         _each(problems, lambda: freeze.committed_digests(repo, rels))
     loaded = _each(problems, lambda: tasks.load(tasks_file, target_roots=params.tasks.target_roots))
-    loaded = loaded if isinstance(loaded, list) else []
+    loaded = [t for t in loaded if t.cls != tasks.PLACEHOLDER_CLASS] if isinstance(loaded, list) else []
     split = _each(problems, lambda: tasks.split(loaded, params.tasks.gate, params.tasks.evidence, params.tasks.shared,
                                                 params.source)) if loaded else None
     if isinstance(split, tasks.Split):

@@ -14,8 +14,18 @@ from pathlib import Path
 
 from skillevo import check, sandbox
 from skillevo.bench import taskcheck
-from skillevo.core import layout, stage
+from skillevo.core import layout, stage, tasks
 from skillevo.core.errors import BadInput
+
+
+def _placeholders(tasks_file: Path, params: object) -> list[str]:
+    if params is None:
+        return []
+    try:
+        found = tasks.load(tasks_file, target_roots=params.tasks.target_roots)  # type: ignore[attr-defined]
+    except BadInput:
+        return []  # configuration() has said why
+    return tasks.placeholders(found, tasks_file)
 
 
 def parser() -> argparse.ArgumentParser:
@@ -32,6 +42,7 @@ def parser() -> argparse.ArgumentParser:
 
 def run(args: argparse.Namespace) -> str:
     problems, params, loaded = check.configuration(args.params, args.tasks, args.modes, args.repo)
+    todo = _placeholders(args.tasks, params)
     ran = 0
     if params is not None and loaded and not args.no_tasks:
         sandbox.preflight()
@@ -40,8 +51,13 @@ def run(args: argparse.Namespace) -> str:
         ran = len(loaded)
     for line in problems:
         print(f"check: {line}", file=sys.stderr, flush=True)
+    for line in todo:
+        print(f"check: to do: {line}", file=sys.stderr, flush=True)
     if problems:
         raise BadInput(f"{len(problems)} problem(s) above; fix them before `dvc repro` (rule: check before paying)")
+    if todo:
+        raise tasks.Placeholder(f"{len(todo)} thing(s) left to do above before `dvc repro`; everything else "
+                                "checked is ready")
     tasks_part = f"{ran} task(s) set up and unsolved as given" if ran else "tasks not run (--no-tasks)"
     return f"check: ok: params, tasks, skills, the gate's design and the backend; {tasks_part}"
 
