@@ -145,8 +145,9 @@ def test_second_repro_with_nothing_changed_runs_no_stage(demo):
     ("quality_alpha", 0.2, {"gate"}),
     ("resolution_margin", 1, {"gate"}),
     # the preflight states it, and the candidate side's looks stop by it (the gate's own knob, issue 31): both
-    # benches run again, served from the cell store, as DVC must when a key their code reads changes
-    ("min_improvement_pct", 6, {"preflight", "bench@incumbent", "bench@candidate", "gate"}),
+    # benches run again, served from the cell store, as DVC must when a key their code reads changes (one
+    # foreach entry: the incumbent side with the candidate's), and the evidence after the incumbent side
+    ("min_improvement_pct", 6, {"preflight", "bench@incumbent", "bench@candidate", "evidence", "gate"}),
 ])
 def test_changing_only_a_gate_threshold_reruns_what_reads_it(demo, key, value, rerun):
     params_file = demo["clone"] / "params.yaml"

@@ -32,7 +32,8 @@ PARAMS = Declared(("model", "arms", "tasks", "simulator", "sampling.runs", "samp
                   "gate.min_total_runs"),
                   untracked=("bench.workers", "bench.executor", "bench.ray_address", "bench.ray_max_retries",
                              "bench.ray_cell_resources", "bench.max_consecutive_failures", "bench.max_excluded_pct",
-                             "skills.evolvable", "skills.frontmatter_keys"))  # the last two: checks, never outcomes
+                             "skills.evolvable", "skills.frontmatter_keys",  # checks, never outcomes
+                             "skills.root", "skills.paths.skills"))  # without --skills, which dvc.yaml passes
 
 
 def parser() -> argparse.ArgumentParser:

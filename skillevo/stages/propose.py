@@ -19,7 +19,8 @@ from skillevo.core.declared import Declared
 from skillevo.core.errors import BrokenEnvironment
 
 # the params this stage reads: `tracked` is its dvc.yaml entry's `params:` (tests/test_declared_params.py)
-PARAMS = Declared(("model", "propose", "skills.evolvable", "skills.frontmatter_keys"))
+PARAMS = Declared(("model", "propose", "skills.evolvable", "skills.frontmatter_keys"),
+                  untracked=("skills.root", "skills.paths.skills"))  # without --skills, which dvc.yaml passes
 
 
 def parser() -> argparse.ArgumentParser:
