@@ -44,9 +44,12 @@ def _check(root: Path, *extra: str) -> int:
                            "--modes", str(root / "skill-modes.json"), "--repo", str(root), *extra])
 
 
-def test_a_sound_world_passes(tmp_path, capsys):
+def test_a_sound_world_passes_and_its_price_is_stated(tmp_path, capsys):
     assert _check(_world(tmp_path), "--no-tasks") == 0
-    assert capsys.readouterr().out.startswith("check: ok:")
+    out = capsys.readouterr().out.splitlines()
+    assert out[-1].startswith("check: ok:")
+    assert [line.split(":")[1] for line in out[:3]] == [" price"] * 3, out  # before anything is paid
+    assert out[0].startswith("check: price: the incumbent side: ") and "a candidate side: at most" in out[1]
 
 
 def test_every_problem_is_one_line_in_one_pass(tmp_path, capsys):

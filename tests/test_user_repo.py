@@ -192,6 +192,10 @@ def test_init_check_repro_apply_revert_in_a_team_repository(team):
     done = _skillevo(team, "check", cwd=folder)
     assert done.returncode == 0, done.stderr
     assert "4 task(s) set up and unsolved as given" in done.stdout + done.stderr
+    # the price before paying (issue 32, item 5): 4 tasks x 3 runs x 2 arms (auto, baseline) on the incumbent side,
+    # and at most 3 gate tasks x 6 runs x 2 cells (auto's candidate and its control) on a candidate side
+    assert "check: price: the incumbent side: 24 sessions" in done.stdout, done.stdout
+    assert "a candidate side: at most 36 sessions" in done.stdout, done.stdout
 
     done = _dvc(team, "repro", cwd=folder)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]

@@ -11,10 +11,11 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from typing import Any
 
 from skillevo import check, sandbox
 from skillevo.bench import taskcheck
-from skillevo.core import layout, stage, tasks
+from skillevo.core import layout, price, stage, tasks
 from skillevo.core.errors import BadInput
 
 
@@ -26,6 +27,19 @@ def _placeholders(tasks_file: Path, params: object) -> list[str]:
     except BadInput:
         return []  # configuration() has said why
     return tasks.placeholders(found, tasks_file)
+
+
+def _price(params: Any, loaded: list[tasks.Task]) -> list[str]:
+    """What the plan will cost (skillevo.core.price), when params and tasks are good enough to count it."""
+    if params is None or not loaded:
+        return []
+    try:
+        split = tasks.split(loaded, params.tasks.gate, params.tasks.evidence, params.tasks.shared, params.source)
+    except BadInput:
+        return []  # configuration() has said why
+    chosen, _ = tasks.select(loaded, params.bench.include_expensive)
+    gate = [t for t in chosen if t.id in split.gate]
+    return price.price(params, len(chosen), len(gate), layout.BENCH["incumbent"] / "results.jsonl").lines()
 
 
 def parser() -> argparse.ArgumentParser:
@@ -49,6 +63,8 @@ def run(args: argparse.Namespace) -> str:
         problems += taskcheck.run_tasks(loaded, params, str(args.tasks),
                                     on_task=lambda t: print(f"check: task {t.id} ...", file=sys.stderr, flush=True))
         ran = len(loaded)
+    for line in _price(params, loaded):
+        print(f"check: {line}", flush=True)
     for line in problems:
         print(f"check: {line}", file=sys.stderr, flush=True)
     for line in todo:
