@@ -94,6 +94,9 @@ def test_fresh_clone_make_demo_promotes_the_candidate_without_the_wasteful_line(
     assert order == ["identity", "bench@incumbent", "preflight", "evidence", "propose", "freeze", "bench@candidate",
                      "gate"]  # identity first: every stage depends on its file
     assert "preflight: 48 runs per (task, arm) on 3 gate task(s) detect a saving per resolved task of" in demo["output"]
+    for side in ("incumbent", "candidate"):  # each side states its price before its first cell (issue 32, item 5)
+        assert re.search(rf"bench {side}: at most \d+ sessions, about \d+ min at \d+ worker\(s\), no money "
+                         r"\(simulated\)", demo["output"]), side
     promotion = json.loads((demo["clone"] / "results/gate/promotion.json").read_text())
     assert [(d["candidate_arm"], d["decision"]) for d in promotion["decisions"]] == [("candidate_auto", "promote")]
     assert promotion["backend"]["simulated"] is True

@@ -49,3 +49,10 @@ def test_a_measured_incumbent_side_prices_the_session_and_a_real_model_is_in_dol
     lines = found.lines()
     assert "32 sessions, about 27 min at 2 worker(s), about $9.60" in lines[0]  # 2 tasks x 4 runs x 4 sessions
     assert price.price(p, 2, 1, rows_file=tmp_path / "none.jsonl").usd == price.PRIOR_REAL[0]  # nothing measured
+
+
+def test_a_bench_side_states_its_sessions_before_its_first_cell():
+    p = _params()
+    line = price.side_line(90, p, None)
+    assert line.startswith("at most 90 sessions, about 4 min at 2 worker(s), no money (simulated)"), line
+    assert "served cells cost nothing" in line

@@ -76,6 +76,26 @@ def measured(rows_file: Path, model: str, backend: str) -> tuple[float, float, i
     return None if sessions == 0 else (usd / sessions, seconds / sessions, sessions)
 
 
+def per_session(params: Any, rows_file: Path | None) -> tuple[float, float, str]:
+    """Dollars and seconds a session of this model costs, and where the figures come from."""
+    found = measured(rows_file, params.model.name, params.model.backend) if rows_file is not None else None
+    if found is not None:
+        usd, seconds, n = found
+        return usd, seconds, f"the mean of {n} session(s) this model ran on the incumbent side ({rows_file})"
+    usd, seconds = PRIOR_SIMULATED if params.model.simulated else PRIOR_REAL
+    return usd, seconds, ("a prior (nothing measured on this model yet): run one task with `skillevo run TASK` to "
+                          "see what a session of yours costs")
+
+
+def side_line(sessions: int, params: Any, rows_file: Path | None) -> str:
+    """One line a bench side prints before its first cell: its sessions at most, in minutes and dollars."""
+    usd, seconds, source = per_session(params, rows_file)
+    minutes = sessions * seconds / max(params.bench.workers, 1) / 60
+    money = "no money (simulated)" if params.model.simulated else f"about ${sessions * usd:,.2f}"
+    return (f"at most {sessions} sessions, about {minutes:,.0f} min at {params.bench.workers} worker(s), {money} "
+            f"(per session: {source}; served cells cost nothing)")
+
+
 def price(params: Any, incumbent_tasks: int, gate_tasks: int, rows_file: Path | None = None) -> Price:
     """The plan's sessions and their price under `params` (config.Params)."""
     arms = params.arms.values()
@@ -84,14 +104,7 @@ def price(params: Any, incumbent_tasks: int, gate_tasks: int, rows_file: Path | 
     plan = params.sampling
     first = sampling.looks(plan)[0] if plan.sequential.enabled else plan.runs
     simulated = params.model.simulated
-    found = measured(rows_file, params.model.name, params.model.backend) if rows_file is not None else None
-    if found is not None:
-        usd, seconds, n = found
-        source = f"the mean of {n} session(s) this model ran on the incumbent side ({rows_file})"
-    else:
-        usd, seconds = PRIOR_SIMULATED if simulated else PRIOR_REAL
-        source = ("a prior (nothing measured on this model yet): run one task with `skillevo run TASK` to see what a "
-                  "session of yours costs")
+    usd, seconds, source = per_session(params, rows_file)
     return Price(incumbent=incumbent_tasks * plan.incumbent_runs * per_run,
                  candidate_first=gate_tasks * first * 2 * paired, candidate_max=gate_tasks * plan.runs * 2 * paired,
                  rerun_pct=params.bench.fault_reruns_pct, usd=usd, seconds=seconds, source=source,
