@@ -219,3 +219,13 @@ def test_every_rejected_candidate_reaches_the_simulated_proposer_and_none_comes_
         entries.append(memory.entry(gen, digest, family, executables, files, set(),
                                     [{"candidate_arm": "candidate_workflow", "decision": verdict, "reasons": ["r"]}]))
     assert WASTEFUL in removed[0]
+
+
+def test_the_simulated_proposal_names_the_family_where_the_team_keeps_it():
+    """A team's skills live in .claude/skills; the proposal told its reviewers to edit skills/<name>/SKILL.md
+    (issue 32, rough edges)."""
+    from skillevo.simulator.proposer import _proposal
+
+    text = _proposal("work", "- Read every module.", (), "this line", ["t-auto-run1"], 1200, 1,
+                     skills_path=".claude/skills")
+    assert "Remove this from `.claude/skills/work/SKILL.md`" in text and "`skills/work" not in text

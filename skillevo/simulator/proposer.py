@@ -194,7 +194,7 @@ def _choose(book: Playbook, analysis: dict[str, Any], lines: list[tuple[str, int
 
 
 def _proposal(skill: str, line: str, rest: tuple[str, ...], what: str, cited: list[str], tokens: int,
-              rows: int) -> str:
+              rows: int, skills_path: str = "skills") -> str:
     runs = ", ".join(cited[:12]) or "none of the selected runs"
     quoted = "\n".join(f"> {x.rstrip()}" for x in (line.strip(), *rest))
     scope = "one line" if not rest else f"one list item, its {len(rest)} continuation line(s) with it"
@@ -205,7 +205,7 @@ def _proposal(skill: str, line: str, rest: tuple[str, ...], what: str, cited: li
         f"In {rows} evidence run(s), {what} made the agent take extra tool calls that no check needed; "
         f"those turns cost about {tokens:,} tokens in all. Runs: {runs}.\n\n"
         "## Change\n\n"
-        f"Remove this from `skills/{skill}/SKILL.md` ({scope}; nothing else changes):\n\n{quoted}\n\n"
+        f"Remove this from `{skills_path}/{skill}/SKILL.md` ({scope}; nothing else changes):\n\n{quoted}\n\n"
         "## Expected metric movement\n\n"
         "cost_usd (and input tokens) should fall on every task where the step ran, because each skipped "
         "tool call also removes its output from every later turn's context; resolution should not change.\n\n"
@@ -219,8 +219,11 @@ def _proposal(skill: str, line: str, rest: tuple[str, ...], what: str, cited: li
 class SimulatedProposer:
     """A responder for the simulator's `proposer` mode (see Simulator(responders=...))."""
 
-    def __init__(self, book: Playbook, evolvable: set[str], out_dir: str = "/work/out") -> None:
-        self.book, self.evolvable, self.out = book, evolvable, out_dir
+    def __init__(self, book: Playbook, evolvable: set[str], out_dir: str = "/work/out",
+                 skills_path: str = "skills") -> None:
+        """`skills_path`: where the team keeps the family, repo-relative (params skills.paths.skills), as the
+        proposal names it to the people who review it."""
+        self.book, self.evolvable, self.out, self.skills_path = book, evolvable, out_dir, skills_path
 
     def __call__(self, conv: Conversation, body: dict[str, Any]) -> Reply:
         if conv.turns == 0:
@@ -244,7 +247,8 @@ class SimulatedProposer:
             ("Read", {"file_path": target}),
             ("Edit", {"file_path": target, "old_string": "".join(f"{x}\n" for x in (line, *rest)), "new_string": ""}),
             ("Write", {"file_path": f"{self.out}/proposal.md",
-                       "content": _proposal(skill, line, rest, what, cited, tokens, analysis["rows"])}),
+                       "content": _proposal(skill, line, rest, what, cited, tokens, analysis["rows"],
+                                                   self.skills_path)}),
         ]
         step = conv.turns - 2
         if step < len(script):

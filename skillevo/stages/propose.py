@@ -51,7 +51,7 @@ def run(args: argparse.Namespace) -> str:
             family = layout.read_family(stage.skills_dir(args, params), params.skills.frontmatter_keys)
             known = generic.command_instructions(family, evolvable)  # the generic agent's steps, for tasks it plays
             merged = Playbook({**known.instructions, **book.instructions}, book.tasks + known.tasks)
-            proposer = SimulatedProposer(merged, set(evolvable))
+            proposer = SimulatedProposer(merged, set(evolvable), skills_path=params.skills.skills)
             sim = Simulator(book, responders={"proposer": proposer})
         model, credential = stack.enter_context(backends.open_model(params.model, simulator=sim,
                                                                     name=params.proposer_model))
