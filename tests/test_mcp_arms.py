@@ -225,6 +225,8 @@ def test_a_skill_that_needs_an_mcp_tool_is_measured_with_and_without_its_server(
     report = (out / "report.md").read_text()
     assert "| work | codeindex | `mcp__codeindex__lookup` | 1/1 |  |" in report
     assert "| work_nomcp | — | `mcp__codeindex__lookup` | 1/1 | **no server for it in this arm**" in report
+    assert "- `plan`: no valid run of this side loaded it" in report  # both arms run the work skill only
+    assert "- `work`:" not in report
 
 
 # Session 1 (the plan skill) attacks the server the CLI starts for session 2: it overwrites the mounted file by its
@@ -315,3 +317,17 @@ def test_an_edited_server_changes_the_bench_stages_identity_and_no_other(tmp_pat
     after = files("two")
     assert {name for name in before if before[name] != after[name]} == {"bench.json"}
     assert "work.codeindex" in json.loads(after["bench.json"])["mcp_servers"]
+
+
+def test_the_incumbent_report_names_a_skill_no_run_loaded():
+    """Issue 32, item 3: offline, an auto arm picked one skill in every run and never the other evolvable one, and
+    nothing said so; a candidate changing it had nothing to be measured by (the report's own section: the end to
+    end test above reads it in a real side's report)."""
+    from skillevo.bench.report import unloaded
+
+    row = {"error_kind": None, "skills_loaded": [["fixer"]]}
+    spoiled = {"error_kind": "infra-error", "skills_loaded": [["reviewer"]]}  # an excluded run loads nothing
+    lines = unloaded(["fixer", "reviewer"], [row, spoiled])
+    assert lines[0] == "## Skills no run loaded" and lines[2].startswith("- `reviewer`: no valid run of this side")
+    assert not any("`fixer`" in line for line in lines)
+    assert unloaded(["fixer"], [row]) == [] and unloaded(["fixer"], [spoiled]) == []

@@ -9,7 +9,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from skillevo.core import safefs
+from skillevo.core import layout, safefs
 from skillevo.core.arms import is_baseline
 from skillevo.core.results import EXCLUDED_ERROR_KINDS, aggregate
 
@@ -90,7 +90,21 @@ def mcp_use(provenance: dict[str, Any], rows: list[dict[str, Any]], named: set[s
     return [*lines, "", "A run counts once however often it called the tool, whether or not a call succeeded.", ""]
 
 
-def render(provenance: dict[str, Any], rows: list[dict[str, Any]], named: set[str] = frozenset()) -> str:
+def unloaded(family: Iterable[str], rows: list[dict[str, Any]]) -> list[str]:
+    """The family's skills no valid run loaded: a change to one cannot move anything these arms measure."""
+    valid = [r for r in rows if r["error_kind"] not in EXCLUDED_ERROR_KINDS]
+    loaded = {name for r in valid for session in r["skills_loaded"] for name in session}
+    never = sorted(set(family) - loaded)
+    if not never or not valid:
+        return []
+    return ["## Skills no run loaded", "",
+            *[f"- `{name}`: no valid run of this side loaded it, so a candidate that changes it has nothing to be "
+              "measured by here; give an arm a session that names it (params arms), or make its description say "
+              "when to use it if an `auto` arm should pick it" for name in never], ""]
+
+
+def render(provenance: dict[str, Any], rows: list[dict[str, Any]], named: set[str] = frozenset(),
+           family: Iterable[str] = ()) -> str:
     m = provenance["model"]
     classes = {b["id"]: b["class"] for b in provenance["task_bindings"]}
     aggs = aggregate(rows, classes, [a["name"] for a in provenance["arms"]])
@@ -124,6 +138,7 @@ def render(provenance: dict[str, Any], rows: list[dict[str, Any]], named: set[st
     lines += ["", "Medians over valid runs. Token and turn columns count the main agent loop only.", ""]
     lines += against_baseline(provenance, aggs)
     lines += mcp_use(provenance, rows, set(named))
+    lines += unloaded(family, rows) if provenance["side"] == "incumbent" else []
     alarms = contamination(rows)
     if alarms:
         lines += ["## Contamination alarm", ""]
@@ -137,4 +152,6 @@ def render(provenance: dict[str, Any], rows: list[dict[str, Any]], named: set[st
 def write_report(path: Path, provenance: dict[str, Any], rows: list[dict[str, Any]],
                  skills: Mapping[str, bytes] | None = None) -> None:
     """`skills`: the family's files as the side installed them (the MCP tools they name)."""
-    safefs.write_atomic(path, render(provenance, rows, named_mcp_tools((skills or {}).values())).encode())
+    files = skills or {}
+    safefs.write_atomic(path, render(provenance, rows, named_mcp_tools(files.values()),
+                                     layout.skill_names_in(dict(files))).encode())
