@@ -3,6 +3,7 @@
     skillevo init [DIR]            write the pipeline into DIR (default evolve/) of this git repository
     skillevo setup                 install the pinned Claude Code CLI (~/.local/share/skillevo)
     skillevo check                 what can be known wrong before anything is paid, one line per problem
+    skillevo task add --from-commit FIX   a task from a fix and its tests
     skillevo run TASK [--arm A]    one task on one arm, once, as the bench runs it; skillevo show DIR reads it
     skillevo apply | revert        write the promoted skills into the repository, or undo that
     skillevo status | report       the current generation's decision; every archived generation
@@ -24,6 +25,7 @@ COMMANDS: dict[str, tuple[str, tuple[str, ...], str]] = {
     "init": ("skillevo.ops.init", (), "write the pipeline into a folder of this repository"),
     "setup": ("skillevo.agent.install", (), "install the pinned Claude Code CLI"),
     "check": ("skillevo.ops.check", (), "everything that can be known wrong before any money is spent"),
+    "task": ("skillevo.ops.task_add", (), "add a task from a fix commit and the tests it brought"),
     "run": ("skillevo.ops.one_cell", (), "one task on one arm, once, as the bench runs it"),
     "show": ("skillevo.ops.transcript_view", (), "a run's or a side's transcripts, readably"),
     # run in the pipeline's folder: dvc.lock is here, the skills below params skills.root
