@@ -21,7 +21,7 @@ from pathlib import Path
 
 from skillevo import backends, freeze
 from skillevo.bench import sideplan
-from skillevo.core import config, layout, sampling, tasks
+from skillevo.core import config, layout, placeholder, sampling, tasks
 from skillevo.core.config import Params
 from skillevo.core.errors import SkillevoError
 from skillevo.core.tasks import Task
@@ -32,7 +32,7 @@ def _each(problems: list[str], check: Callable[[], object]) -> object | None:
     same family and tasks) and the other checks still run."""
     try:
         return check()
-    except tasks.Placeholder:
+    except placeholder.Placeholder:
         return None  # init's placeholder task: a to-do (tasks.placeholders), not a problem
     except SkillevoError as e:
         if str(e) not in problems:
@@ -58,7 +58,7 @@ def configuration(params_file: Path, tasks_file: Path, modes_file: Path, repo: P
         rels = [f"{root}/{rel}" for root in params.skills.roots for rel in sorted(family)]
         _each(problems, lambda: freeze.committed_digests(repo, rels))
     loaded = _each(problems, lambda: tasks.load(tasks_file, target_roots=params.tasks.target_roots))
-    loaded = [t for t in loaded if t.cls != tasks.PLACEHOLDER_CLASS] if isinstance(loaded, list) else []
+    loaded = [t for t in loaded if t.cls != placeholder.PLACEHOLDER_CLASS] if isinstance(loaded, list) else []
     split = _each(problems, lambda: tasks.split(loaded, params.tasks.gate, params.tasks.evidence, params.tasks.shared,
                                                 params.source)) if loaded else None
     if isinstance(split, tasks.Split):

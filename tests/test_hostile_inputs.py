@@ -368,7 +368,8 @@ def test_a_hostile_input_is_refused_in_one_line_naming_file_and_rule(world: Worl
     assert "Traceback" not in stderr
     assert len(lines) == 1, lines
     assert re.search(expected, lines[0]), lines[0]
-    assert lines[0].startswith(f"{argv[2].removeprefix('skillevo.stages.')}: refused: ")
+    label = "revert" if "--revert" in argv else argv[2].removeprefix("skillevo.stages.")  # a revert speaks as one
+    assert lines[0].startswith(f"{label}: refused: "), lines[0]
     assert errors.rule_of(lines[0]), lines[0]  # every refusal names the rule it applies
     assert not (world.tmp / "out").exists()  # refused before any output was started
     if argv[2] == "skillevo.stages.apply":

@@ -64,9 +64,9 @@ def test_init_writes_a_pipeline_in_a_folder_that_check_and_dvc_read(tmp_path, mo
     assert err[0].startswith("check: to do: tasks/tasks.yaml: task example is the placeholder `skillevo init` wrote")
     assert err[-1].startswith("check: to do: 1 thing(s) left to do above before `dvc repro`")
     from skillevo.bench import plan
-    from skillevo.core import config, tasks
+    from skillevo.core import config, placeholder
 
-    with pytest.raises(tasks.Placeholder, match="task example is the placeholder"):  # the bench never measures it
+    with pytest.raises(placeholder.Placeholder, match="task example is the placeholder"):  # the bench never measures it
         plan("incumbent", folder / "tasks/tasks.yaml", repo / ".claude/skills", None, config.load("params.yaml"))
     dvc = [sys.executable, "-m", "dvc"]
     dag = subprocess.run([*dvc, "dag", "--md"], cwd=folder, capture_output=True, text=True)

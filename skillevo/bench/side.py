@@ -28,7 +28,7 @@ from skillevo.bench.executor import Executor, LocalExecutor
 from skillevo.bench.report import write_report
 from skillevo.bench.reruns import Payer
 from skillevo.bench.sideplan import SidePlan, build_cells
-from skillevo.core import controls, digests, documents, layout, models, safefs, sampling
+from skillevo.core import controls, digests, documents, layout, models, price, safefs, sampling
 from skillevo.core.config import BenchParams, Params
 from skillevo.core.digests import canonical_json, framed_digest, sha256_bytes, sha256_json
 from skillevo.core.errors import BadInput, BrokenEnvironment, Interrupted
@@ -276,6 +276,10 @@ def run_side(p: SidePlan, params: Params, out: Path, *, executor: Executor | Non
         mdl, credential = stack.enter_context(backends.open_model(params.model, simulator=simulator))
         runner = executor or _executor(params, credential)
         cells = build_cells(p, params.bench, mdl, scratch)
+        if not quiet:  # once the machine, the CLI and the backend are known good: a refusal stays one line
+            sessions = sum(len(cell.arm.sessions) for cell in cells)
+            print(f"bench {p.side}: {price.side_line(sessions, params, layout.BENCH['incumbent'] / 'results.jsonl')}",
+                  file=sys.stderr, flush=True)
         ctx = store_context(params, p, noise)
         keys, served = _serve(cells_store, cells, ctx, params.gate.max_age_days, quiet)
         served, broken = _whole_blocks(p, cells, served)

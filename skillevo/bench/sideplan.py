@@ -18,7 +18,7 @@ from skillevo.bench.cell import CellSpec
 from skillevo.core import arms as arms_mod
 from skillevo.core import comparators as comparators_mod
 from skillevo.core import controls as controls_mod
-from skillevo.core import frontmatter, layout, models, safefs, sampling
+from skillevo.core import frontmatter, layout, models, placeholder, safefs, sampling
 from skillevo.core import modes as modes_mod
 from skillevo.core import tasks as tasks_mod
 from skillevo.core.config import BenchParams, Params
@@ -81,7 +81,7 @@ def plan(side: str, tasks_file: Path, skills_dir: Path, overlay_dir: Path | None
     layout.check_evolvable(params.skills.evolvable, family, params.source)
     expensive = params.bench.include_expensive if include_expensive is None else include_expensive
     loaded = tasks_mod.load(tasks_file, target_roots=params.tasks.target_roots)
-    tasks_mod.check_placeholders(loaded, tasks_file)  # before anything is measured on it
+    placeholder.check_placeholders(loaded, tasks_file)  # before anything is measured on it
     split = tasks_mod.split(loaded, params.tasks.gate, params.tasks.evidence, params.tasks.shared, params.source)
     if side == "candidate":  # the candidate is judged on the gate's tasks only; evidence tasks teach the proposer
         loaded = [task for task in loaded if task.id in split.gate]

@@ -33,27 +33,6 @@ MAX_ORACLE_TOTAL = 2 << 20
 MAX_TARGET_FILE = 64 << 20
 MAX_TARGET_TOTAL = 1 << 30
 IGNORED_DIRS = frozenset({"__pycache__", ".pytest_cache"})  # tool caches a developer may leave in a target
-PLACEHOLDER_CLASS = "example"  # the class of the task `skillevo init` writes to be replaced (skillevo.check: a to-do)
-
-
-class Placeholder(BadInput):
-    """The tasks file still holds the task `skillevo init` wrote: nothing is wrong, something is left to write (exit
-    2 all the same: a bench cannot measure it)."""
-
-    label = "to do"
-
-
-def placeholders(loaded: list[Task], tasks_file: str | Path) -> list[str]:
-    """What is left to do: one line per placeholder task still in the file."""
-    return [f"{tasks_file}: task {t.id} is the placeholder `skillevo init` wrote: replace it with a task of your own "
-            "(a commit of your repository with the bug as `ref`, the prompt, `verify`, hidden oracle tests in "
-            "tasks/oracles/, a `solution` commit or patch for the offline simulator; docs/formats.md, tasks)"
-            for t in loaded if t.cls == PLACEHOLDER_CLASS]
-
-
-def check_placeholders(loaded: list[Task], tasks_file: str | Path) -> None:
-    if found := placeholders(loaded, tasks_file):
-        raise Placeholder("; ".join(found))
 # What the CLI would load from a project as skills, settings (hooks), agents, commands, memory or MCP servers: the
 # bench installs the family under test itself, so a target's own copies (any commit of a repository that ships
 # skills has them) never reach a workspace, at any depth (the CLI also finds nested .claude/ and CLAUDE.md).

@@ -15,7 +15,7 @@ from typing import Any
 
 from skillevo import check, sandbox
 from skillevo.bench import taskcheck
-from skillevo.core import layout, price, stage, tasks
+from skillevo.core import layout, placeholder, price, stage, tasks
 from skillevo.core.errors import BadInput
 
 
@@ -26,7 +26,7 @@ def _placeholders(tasks_file: Path, params: object) -> list[str]:
         found = tasks.load(tasks_file, target_roots=params.tasks.target_roots)  # type: ignore[attr-defined]
     except BadInput:
         return []  # configuration() has said why
-    return tasks.placeholders(found, tasks_file)
+    return placeholder.placeholders(found, tasks_file)
 
 
 def _price(params: Any, loaded: list[tasks.Task]) -> list[str]:
@@ -72,7 +72,7 @@ def run(args: argparse.Namespace) -> str:
     if problems:
         raise BadInput(f"{len(problems)} problem(s) above; fix them before `dvc repro` (rule: check before paying)")
     if todo:
-        raise tasks.Placeholder(f"{len(todo)} thing(s) left to do above before `dvc repro`; everything else "
+        raise placeholder.Placeholder(f"{len(todo)} thing(s) left to do above before `dvc repro`; everything else "
                                 "checked is ready")
     tasks_part = f"{ran} task(s) set up and unsolved as given" if ran else "tasks not run (--no-tasks)"
     return f"check: ok: params, tasks, skills, the gate's design and the backend; {tasks_part}"

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import yaml
 
-from skillevo.core import config, layout, modes, safefs, stage, tasks
+from skillevo.core import config, layout, modes, placeholder, safefs, stage
 from skillevo.core.errors import BadInput, BrokenEnvironment
 from skillevo.core.schemas import fill_defaults, load_schema
 
@@ -85,7 +85,7 @@ def _example_tasks(tasks_to_root: str) -> dict:
     oracle = ('python3 -m pytest -q -p no:cacheprovider --rootdir="$SKILLEVO_ORACLE_DIR" '
               '"$SKILLEVO_ORACLE_DIR/test_example_oracle.py"')
     return {"schema_version": 1, "tasks": [{
-        "id": "example", "class": tasks.PLACEHOLDER_CLASS, "target": tasks_to_root, "ref": "HEAD",
+        "id": "example", "class": placeholder.PLACEHOLDER_CLASS, "target": tasks_to_root, "ref": "HEAD",
         "prompt": "Replace with the task an agent gets: what to change, where, and which tests to add.",
         "verify": "python3 -m pytest -q -p no:cacheprovider",
         "oracle": {"command": oracle, "files": [{"source": "test_example_oracle.py",

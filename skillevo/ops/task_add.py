@@ -27,7 +27,7 @@ from pathlib import Path
 
 import yaml
 
-from skillevo.core import layout, safefs, stage, tasks
+from skillevo.core import layout, placeholder, safefs, stage, tasks
 from skillevo.core.errors import BadInput
 
 TEST_FILE = re.compile(r"(^|/)(tests?/.*\.py|test_[^/]*\.py|[^/]*_test\.py)$")
@@ -137,9 +137,9 @@ def from_commit(tasks_file: Path, fix: str, *, task_id: str | None = None, verif
         if oracle_dir.is_dir() and not any(oracle_dir.iterdir()):
             oracle_dir.rmdir()
         raise
-    for placeholder in doc.get("tasks") or []:  # replaced: its oracle goes with it
-        if placeholder.get("class") == tasks.PLACEHOLDER_CLASS:
-            for f in placeholder.get("oracle", {}).get("files", []):
+    for replaced in doc.get("tasks") or []:  # init's placeholder: its oracle goes with it
+        if replaced.get("class") == placeholder.PLACEHOLDER_CLASS:
+            for f in replaced.get("oracle", {}).get("files", []):
                 (folder / "oracles" / f["source"]).unlink(missing_ok=True)
     return task
 
@@ -147,11 +147,11 @@ def from_commit(tasks_file: Path, fix: str, *, task_id: str | None = None, verif
 def _with(original: bytes, doc: dict, task: dict) -> str:
     """The tasks file with `task` at its end: appended as text, so the team's comments and layout stay, unless the
     file still holds init's placeholder, which the first real task replaces (the file's leading comments kept)."""
-    if not any(t.get("class") == tasks.PLACEHOLDER_CLASS for t in doc.get("tasks") or []):
+    if not any(t.get("class") == placeholder.PLACEHOLDER_CLASS for t in doc.get("tasks") or []):
         text = original.decode()
         return text + ("" if text.endswith("\n") else "\n") + yaml.safe_dump([task], sort_keys=False)
     header = "".join(line for line in original.decode().splitlines(keepends=True)[:50] if line.startswith("#"))
-    kept = [t for t in doc["tasks"] if t.get("class") != tasks.PLACEHOLDER_CLASS]
+    kept = [t for t in doc["tasks"] if t.get("class") != placeholder.PLACEHOLDER_CLASS]
     return header + yaml.safe_dump({**doc, "tasks": [*kept, task]}, sort_keys=False)
 
 

@@ -19,7 +19,7 @@ import sys
 from pathlib import Path
 
 from skillevo.bench import plan, run_side
-from skillevo.core import layout, price, stage
+from skillevo.core import layout, stage
 from skillevo.core.declared import Declared
 
 # the params this stage reads: `tracked` is its dvc.yaml entry's `params:` (tests/test_declared_params.py)
@@ -64,10 +64,6 @@ def run(args: argparse.Namespace) -> str:
     out = args.out or layout.BENCH[args.side]
     side_plan = plan(args.side, args.tasks, stage.skills_dir(args, params), args.overlay, params,
                      args.include_expensive, modes=args.modes, incumbent=args.incumbent)
-    sessions = len(side_plan.tasks) * side_plan.runs * sum(len(arm.sessions)
-                                                           for arm in (*side_plan.controls, *side_plan.arms))
-    print(f"bench {args.side}: {price.side_line(sessions, params, layout.BENCH['incumbent'] / 'results.jsonl')}",
-          file=sys.stderr, flush=True)
     rows = run_side(side_plan, params, out, store=args.store)
     return (f"bench {args.side}: {len(rows)} cells, {sum(r['resolved'] for r in rows)} resolved; "
             f"report: {out / 'report.md'}")
