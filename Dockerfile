@@ -1,7 +1,7 @@
 # skillevo in a container: the pipeline, its pinned Python deps, the pinned Claude Code CLI, bubblewrap.
 #
 #   make image        (or: docker build --build-arg CLAUDE_CODE_VERSION=<pins.py> -t skillevo .)
-#   make image-demo   (runs `make demo` inside, with the flags bubblewrap needs; see README, "Container")
+#   make image-demo   (runs `make demo` inside, with the flags bubblewrap needs; see docs/container.md)
 #
 # BASE_IMAGE is any Debian 12 (bookworm) root filesystem: the official slim image by default, pinned by
 # its dated tag; CI passes one it built offline with mmdebstrap. Networks that intercept TLS can pass their
