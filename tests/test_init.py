@@ -184,3 +184,62 @@ def test_init_finds_the_committed_copies_of_the_family_as_mirrors(tmp_path):
         ["plugins/team/skills"]
     assert init_cmd.main([str(repo / "other"), "--mirrors"]) == 0
     assert yaml.safe_load((repo / "other/params.yaml").read_text())["skills"]["paths"]["mirrors"] == []
+
+
+def test_init_writes_an_arm_per_evolvable_skill_and_says_its_plan(tmp_path, capsys):
+    """Under `auto` the offline model loads one skill every time, so a skill no arm names is never measured and never
+    moves (issue 32, item 3): init names each evolvable skill in an arm of its own, and its closing line states the
+    arms and a schedule that can promote, judged by the rule check applies."""
+    repo = _repo(tmp_path / "team")
+    assert init_cmd.main([str(repo / "evolve")]) == 0
+    out = capsys.readouterr().out
+    arms = yaml.safe_load((repo / "evolve/params.yaml").read_text())["arms"]
+    assert list(arms) == ["auto", "skill_alpha", "skill_beta", "baseline"]
+    assert [(s["skill"], s["prompt"].splitlines()[0]) for s in arms["skill_beta"]["sessions"]] == [
+        ("beta", "Use the beta skill for: {prompt}")]
+    assert "one arm per evolvable skill (skill_alpha, skill_beta)" in out, out
+    assert "it can promote with 1 gate task(s) or more" in out, out
+    from skillevo.core import config
+
+    config.load(repo / "evolve/params.yaml")  # the schema's rules for arms hold
+
+
+def test_init_with_many_skills_writes_no_arm_per_skill_and_says_why(tmp_path, capsys):
+    repo = _repo(tmp_path / "team")
+    for i in range(init_cmd.MAX_SKILL_ARMS):
+        (repo / f".claude/skills/s-{i}").mkdir()
+        (repo / f".claude/skills/s-{i}/SKILL.md").write_text(f"---\nname: s-{i}\ndescription: Skill {i}.\n---\n\nx\n")
+    assert init_cmd.main([str(repo / "evolve")]) == 0
+    out = capsys.readouterr().out
+    assert list(yaml.safe_load((repo / "evolve/params.yaml").read_text())["arms"]) == ["auto", "baseline"]
+    assert f"no arm per skill ({init_cmd.MAX_SKILL_ARMS + 2} evolvable skills" in out, out
+    assert "until then only auto can load them" in out
+
+
+@pytest.mark.bwrap
+def test_init_example_writes_a_task_that_check_passes(tmp_path, monkeypatch, capsys):
+    """`init --example`: a real task on the team's own repository (create one file), pinned to the commit init ran
+    at, solved by a patch, with a hidden oracle stricter than verify: check runs it in the sandbox and passes, so
+    `dvc repro` can run at once (tests/test_user_repo.py runs a generation on it)."""
+    repo = _repo(tmp_path / "team")
+    head = subprocess.run(["git", "-C", str(repo), "rev-parse", "HEAD"], capture_output=True, text=True).stdout
+    assert init_cmd.main([str(repo / "evolve"), "--example"]) == 0
+    assert "next: commit, then `skillevo check`" in capsys.readouterr().out
+    [task] = yaml.safe_load((repo / "evolve/tasks/tasks.yaml").read_text())["tasks"]
+    assert task["ref"] == head.strip() and task["solution"] == {"patch": "example.patch"}
+    subprocess.run([*GIT, "-C", str(repo), "add", "-A"], check=True)
+    subprocess.run([*GIT, "-C", str(repo), "commit", "-qm", "skillevo init --example"], check=True)
+    monkeypatch.chdir(repo / "evolve")
+    assert check_cmd.main([]) == 0, capsys.readouterr().err
+    assert "1 task(s) set up and unsolved as given" in capsys.readouterr().out
+
+
+def test_init_example_refuses_a_repository_that_has_its_file(tmp_path, capsys):
+    repo = _repo(tmp_path / "team")
+    (repo / init_cmd.EXAMPLE_FILE).parent.mkdir()
+    (repo / init_cmd.EXAMPLE_FILE).write_text(init_cmd.EXAMPLE_LINE + "\n")
+    subprocess.run([*GIT, "-C", str(repo), "add", "-A"], check=True)
+    subprocess.run([*GIT, "-C", str(repo), "commit", "-qm", "has it"], check=True)
+    assert init_cmd.main([str(repo / "evolve"), "--example"]) == 2
+    assert "would be solved as given (rule: a task is unsolved at its ref)" in capsys.readouterr().err
+    assert not (repo / "evolve").exists()

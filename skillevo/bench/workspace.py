@@ -96,7 +96,7 @@ def build_template(tree: Path, family: Mapping[str, bytes], overlay: Mapping[str
     _install(family, dest / ".claude" / "skills", executables)
     git(dest, "init", "-q", "--template=", "-b", "main")
     git(dest, "add", "-A")
-    git(dest, "commit", "-q", "--no-verify", "-m", "benchmark task snapshot")
+    git(dest, "commit", "-q", "--no-verify", "--allow-empty", "-m", "benchmark task snapshot")
     if overlay is not None:
         _install(overlay, dest / ".claude" / "skills", overlay_executables)
         git(dest, "add", "-A")
