@@ -83,3 +83,23 @@ def test_the_code_under_test_is_the_workspace_s_even_where_the_machine_has_it_in
     done = subprocess.run([python, "-c", "import teamlib; print(teamlib.WHO)"], cwd=ws, env=env, capture_output=True,
                           text=True, timeout=60)
     assert done.stdout.split() == ["installed"], done.stderr
+
+
+@pytest.mark.bwrap
+def test_an_oracle_file_named_like_a_workspace_test_module_is_the_one_that_runs(tmp_path):
+    """A fix that changes tests/test_calc.py makes an oracle file test_calc.py (task add --from-commit): the
+    workspace's module of that name, found first on sys.path, made every such oracle a collection error ("import
+    file mismatch"), and an agent could break any oracle so by naming a module after it. The oracle file is loaded
+    from its own path."""
+    from skillevo.bench import checks
+
+    ws = tmp_path / "ws"
+    (ws / "calc").mkdir(parents=True)
+    (ws / "calc/__init__.py").write_text("def add(a, b):\n    return a + b\n")
+    (ws / "test_calc.py").write_text("def test_old():\n    assert True\n")
+    data = b"from calc import add\n\n\ndef test_add():\n    assert add(2, 3) == 5\n"
+    command = 'python3 -m pytest -q --rootdir="$SKILLEVO_ORACLE_DIR" "$SKILLEVO_ORACLE_DIR/test_calc.py"'
+    (tmp_path / "private").mkdir()
+    outcome = checks.oracle(command, (("test_calc.py", data),), ["test_calc::test_add"], ws, tmp_path / "private",
+                            timeout_s=120)
+    assert outcome == Oracle("passed")

@@ -46,9 +46,11 @@ def interpreter_env() -> dict[str, str]:
 
 def oracle_env() -> dict[str, str]:
     # --assert=plain: pytest's assertion rewriting would load a rewritten .pyc from a __pycache__ beside a
-    # test-named module the agent wrote; the oracle's output is never read, so plain asserts lose nothing
+    # test-named module the agent wrote; the oracle's output is never read, so plain asserts lose nothing.
+    # --import-mode=importlib: each oracle file is loaded from its own path, never found by name on sys.path, where
+    # the workspace's test module of the same name (a fix's changed test file: task add --from-commit) came first
     opts = ["-c", f"{PYBOOT_DST}/pytest.ini", f"--rootdir={ORACLE_DST}", f"--confcutdir={ORACLE_DST}",
-            "-p", "no:cacheprovider", "--assert=plain", f"--junitxml={REPORT_DST}/{REPORT}", "-o",
+            "-p", "no:cacheprovider", "--assert=plain", "--import-mode=importlib", f"--junitxml={REPORT_DST}/{REPORT}", "-o",
             "junit_family=xunit2"]
     return {**interpreter_env(), "PYTEST_ADDOPTS": shlex.join(opts), "SKILLEVO_ORACLE_DIR": ORACLE_DST,
             "SKILLEVO_ORACLE_REPORT": f"{REPORT_DST}/{REPORT}"}
