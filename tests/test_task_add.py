@@ -97,3 +97,29 @@ def test_check_runs_a_task_from_a_commit_and_finds_it_measures_something(team):
     assert done.returncode == 0, done.stdout + done.stderr
     assert "1 task(s) set up and unsolved as given" in done.stdout
     assert yaml.safe_load(team["tasks"].read_text())["tasks"][0]["id"] == "fix-add-it-subtracted"
+
+
+def test_a_range_makes_a_task_of_each_fix_that_brings_tests_and_lists_the_rest(team, capsys):
+    """`--from-range A..B` (a branch's fixes: main..branch): each commit that brings tests becomes a task, oldest
+    first; one with no test, or a merge, is listed with its rule and nothing of it is written; a taken id gets the
+    commit's short hash."""
+    repo = team["repo"]
+    start = team["bug"]
+    second = _commit(repo, {"tests/test_sub.py": "from lib.calc import add\n\n\ndef test_neg():\n"
+                                                 "    assert add(-1, 1) == 0\n"}, "Fix add: it subtracted")
+    _commit(repo, {"README": "docs\n"}, "Write the docs")
+    assert task_add.main(["add", "--from-range", f"{start}..HEAD", "--tasks", str(team["tasks"])]) == 0
+    captured = capsys.readouterr()
+    ids = [t.id for t in tasks.load(team["tasks"], target_roots=[repo])]
+    assert ids == ["fix-add-it-subtracted", f"fix-add-it-subtracted-{second[:7]}"]
+    assert "left out" in captured.err and "'Write the docs'" in captured.err and "adds or changes no test file" in \
+        captured.err
+    assert "2 task(s) from" in captured.out and "1 commit(s) left out" in captured.out
+    before = team["tasks"].read_bytes()
+    assert task_add.main(["add", "--from-range", f"{start}..HEAD", "--tasks", str(team["tasks"])]) == 2  # again
+    assert capsys.readouterr().err.count("(rule: one task per fix)") == 2
+    for argv, rule in ((["--from-range", "HEAD"], "not a range"), (["--from-range", "HEAD..HEAD"], "holds no commit"),
+                       (["--from-range", f"{start}..HEAD", "--id", "x"], "one task each")):
+        assert task_add.main(["add", *argv, "--tasks", str(team["tasks"])]) == 2
+        assert rule in capsys.readouterr().err
+    assert team["tasks"].read_bytes() == before  # a refusal writes nothing

@@ -2,13 +2,16 @@
 
     skillevo task add --from-commit 1a2b3c4                    # in the pipeline's folder (evolve/)
     skillevo task add --from-commit v2.1-fix --id parse-dates --verify "python3 -m pytest -q tests/test_dates.py"
+    skillevo task add --from-range v2.0..main                   # every fix in a range, or a branch's: main..fixes
 
 The task's `ref` is the fix's parent (the code with the bug), its `solution` the fix itself (what the offline
 simulator plays, and what check runs verify and the oracle with), its hidden oracle the test files the fix added or
 changed, as the fix has them (copied into tasks/oracles/<id>/, never into a workspace), its prompt the fix's commit
 message, and its visible `verify` pytest on the same paths, selecting the test functions the fix added (absent at
 the bug, so verify fails there; the prompt names them), or --verify.
-A fix that touches no test file is refused: it brings nothing to judge a run by. The task is appended to the
+A fix that touches no test file is refused: it brings nothing to judge a run by. With --from-range A..B each commit of
+the range (merges left out, oldest first, at most MAX_RANGE) is tried so: the ones that make a task are added (an id
+taken already gets the commit's short hash), the others are listed with the rule that left them out. The task is appended to the
 tasks file (replacing init's placeholder task, if it is still there) and the file is loaded back by the one task
 loader before anything is kept; `skillevo check` then says
 whether the task measures anything (verify and the oracle must fail at the bug and pass with the fix).
@@ -144,6 +147,37 @@ def from_commit(tasks_file: Path, fix: str, *, task_id: str | None = None, verif
     return task
 
 
+MAX_RANGE = 200  # commits one --from-range may walk: a typo'd range (a whole history) is refused, not imported
+
+
+def from_range(tasks_file: Path, spec: str) -> tuple[list[dict], list[str]]:
+    """Every task the commits of `spec` (A..B) make, oldest first: (the tasks added, one line per commit left out)."""
+    if ".." not in spec or spec.startswith("-"):
+        raise BadInput(f"--from-range {spec}: not a range A..B (rule: a range of commits; one fix: --from-commit)")
+    repo = Path(_git(tasks_file.parent, "rev-parse", "--show-toplevel").strip())
+    commits = _git(repo, "rev-list", "--reverse", "--no-merges", spec, "--").split()
+    if not commits:
+        raise BadInput(f"--from-range {spec}: holds no commit (rule: a range of commits)")
+    if len(commits) > MAX_RANGE:
+        raise BadInput(f"--from-range {spec}: {len(commits)} commits, over {MAX_RANGE} (rule: a range is the fixes "
+                       "you mean; narrow it)")
+    added, skipped = [], []
+    for sha in commits:
+        subject = _git(repo, "log", "-1", "--format=%s", sha).strip()
+        doc = yaml.safe_load(safefs.read_text(tasks_file, max_bytes=8 << 20, what="tasks file")) or {}
+        have = {(t.get("solution") or {}).get("ref"): t["id"] for t in doc.get("tasks") or []}
+        if sha in have:
+            skipped.append(f"{sha[:12]} {subject[:60]!r}: already task {have[sha]!r} (rule: one task per fix)")
+            continue
+        slug = _slug(subject or sha[:12])
+        task_id = slug if slug not in {t["id"] for t in doc.get("tasks") or []} else f"{slug}-{sha[:7]}"
+        try:
+            added.append(from_commit(tasks_file, sha, task_id=task_id))
+        except BadInput as e:
+            skipped.append(f"{sha[:12]} {subject[:60]!r}: {e}")
+    return added, skipped
+
+
 def _with(original: bytes, doc: dict, task: dict) -> str:
     """The tasks file with `task` at its end: appended as text, so the team's comments and layout stay, unless the
     file still holds init's placeholder, which the first real task replaces (the file's leading comments kept)."""
@@ -159,7 +193,9 @@ def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="skillevo task", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("action", choices=["add"])
-    p.add_argument("--from-commit", required=True, help="the fix: a commit, tag or branch of this repository")
+    source = p.add_mutually_exclusive_group(required=True)
+    source.add_argument("--from-commit", help="the fix: a commit, tag or branch of this repository")
+    source.add_argument("--from-range", help="A..B: every commit of the range that brings tests (a branch: main..B)")
     p.add_argument("--id", default=None, help="the task's id [from the commit's subject]")
     p.add_argument("--verify", default=None, help="the visible check [pytest on the test files the fix touched]")
     p.add_argument("--prompt", default=None, help="what the agent is asked [the commit message]")
@@ -168,6 +204,21 @@ def parser() -> argparse.ArgumentParser:
 
 
 def run(args: argparse.Namespace) -> str:
+    if args.from_range is not None:
+        if args.id or args.verify or args.prompt:
+            raise BadInput("--id, --verify and --prompt name one task: give them with --from-commit (rule: one task "
+                           "each)")
+        added, skipped = from_range(args.tasks, args.from_range)
+        for line in skipped:
+            print(f"task add: left out {line}", file=sys.stderr, flush=True)
+        for task in added:
+            print(f"task add: {task['id']}: ref {task['ref'][:12]}, solution {task['solution']['ref'][:12]}",
+                  flush=True)
+        if not added:
+            raise BadInput(f"--from-range {args.from_range}: no commit made a task ({len(skipped)} left out above) "
+                           "(rule: a task from a commit needs the tests the fix brought)")
+        return (f"task add: {len(added)} task(s) from {args.from_range}, {len(skipped)} commit(s) left out; next: "
+                "`skillevo check` runs them")
     task = from_commit(args.tasks, args.from_commit, task_id=args.id, verify=args.verify, prompt=args.prompt)
     files = ", ".join(f["target"] for f in task["oracle"]["files"])
     return (f"task add: {task['id']}: ref {task['ref'][:12]} (the fix's parent), solution "
