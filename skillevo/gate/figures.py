@@ -58,8 +58,9 @@ def improvement_svg(promotion: Mapping[str, Any]) -> str:
         axes.axvline(minimum, color="grey", linewidth=0.8, linestyle="--")
         axes.set_yticks(range(len(labels)), labels)
         axes.invert_yaxis()
-        axes.set_xlabel(f"{decisions[0]['metric']} improvement, % (dashed: min_improvement_pct {minimum:g})")
-        axes.set_title("Estimated improvement and interval, per task and overall")
+        axes.set_xlabel(f"{promotion['policy']['metric']} improvement, % (dashed: min_improvement_pct {minimum:g})")
+        axes.set_title("Estimated improvement and interval, per task and overall" if decisions else
+                       "No proposal this generation: nothing was measured")
         figure.tight_layout()
         buffer = io.StringIO()
         figure.savefig(buffer, format="svg", metadata={"Date": None}, bbox_inches="tight")  # nothing clipped

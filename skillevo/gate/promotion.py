@@ -49,6 +49,7 @@ BINDING_KEYS = (
     "design",
 )
 CLOCK_SKEW = timedelta(minutes=5)
+DECLINED = "declined"  # the freeze manifest's candidate_origin of a no_proposal generation
 
 
 class PromotionRefused(BadInput):
@@ -102,10 +103,11 @@ def build_promotion(
             f"{incumbent.directory / 'bench.json'} and {candidate.directory / 'bench.json'}: $.task_bindings differ "
             "on the gate's tasks (rule: both sides are benchmarked with identical task bindings)"
         )
+    declined = freeze["candidate_origin"] == DECLINED
     for key, what in (("task_split", "task split"), ("model", "model"), ("effort", "effort"),
                       ("served_models", "served model ids"), ("simulator", "simulator noise"),
                       ("replicate", "replicate")):
-        if incumbent.bench[key] != candidate.bench[key]:
+        if incumbent.bench[key] != candidate.bench[key] and not (declined and key == "served_models"):
             raise BadInput(
                 f"{incumbent.directory / 'bench.json'} and {candidate.directory / 'bench.json'}: $.{key} differ "
                 f"(rule: both sides are benchmarked with identical {what})"
@@ -122,6 +124,16 @@ def build_promotion(
     if candidate.bench["skills_digest"] != incumbent.bench["skills_digest"]:
         raise BadInput(f"{candidate.directory / 'bench.json'}: $.skills_digest is not the incumbent side's: the "
                        "candidate must run exactly the incumbent skills plus the frozen overlay (rule: one family)")
+    generated = now.astimezone(UTC).replace(microsecond=0)
+    if declined:  # a no_proposal generation: nothing was measured, nothing is decided
+        if candidate.rows or candidate.bench["arms"]:
+            raise BadInput(f"{candidate.directory}: ran arms for a generation whose proposer declined "
+                           "(rule: a no_proposal generation measures nothing)")
+        return _checked({"schema_version": SCHEMA_VERSION, "generated_at": generated.isoformat(),
+                         "evidence_expires_at": expiry(incumbent, policy).isoformat(),
+                         "evidence": {"incumbent": dict(incumbent.digests), "candidate": dict(candidate.digests)},
+                         **pipeline_bindings(freeze, candidate.bench, policy), "decisions": [],
+                         "no_proposal": freeze["no_proposal"]})
     if sequential_record(incumbent) is not None:  # load_side refuses it too; a Side can be built without it
         raise BadInput(f"{incumbent.directory / 'bench.json'}: $.sequential: only the candidate side runs in looks "
                        "(rule: sequential sampling)")
@@ -147,7 +159,6 @@ def build_promotion(
         sequential=None if record is None else record.to_dict(),
         designs=designs,
     )
-    generated = now.astimezone(UTC).replace(microsecond=0)
     promotion = {
         "schema_version": SCHEMA_VERSION,
         "generated_at": generated.isoformat(),
@@ -156,6 +167,10 @@ def build_promotion(
         **bindings,
         "decisions": decisions,
     }
+    return _checked(promotion)
+
+
+def _checked(promotion: dict[str, Any]) -> dict[str, Any]:
     error = first_error(promotion, schema_validator("promotion"))
     if error:
         raise BadInput(f"the promotion these inputs make does not match its schema: {error}")
@@ -262,6 +277,9 @@ def _check_timestamps(promotion: Mapping[str, Any], now: datetime) -> None:
 
 def _check_decisions(promotion: Mapping[str, Any]) -> None:
     decisions = promotion["decisions"]
+    if not decisions or promotion.get("no_proposal") is not None:  # never vacuously true: no decision applies nothing
+        raise PromotionRefused(f"decisions: none: a no_proposal generation ({promotion.get('no_proposal')}) has "
+                               "nothing to apply (rule: only a promoted arm is applied)")
     arms = [decision["candidate_arm"] for decision in decisions]
     if sorted(arms) != sorted(promotion["required_candidate_arms"]):
         raise PromotionRefused(

@@ -1,6 +1,6 @@
 """What people and DVC read from a gate run: report.md, metrics.json (`dvc metrics`: a summary that fits a
-terminal), figures.json (every figure), plots/tasks.csv (`dvc plots`) and plots/improvement.svg (a static picture
-beside report.md).
+terminal), figures.json (every figure), plots/tasks.csv (`dvc plots`), plots/improvement.svg (a static picture
+beside report.md) and index.html (the page a person opens: skillevo.gate.page).
 
 All of it is derived from promotion.json plus the raw rows (for what each side cost); none of it feeds back
 into the decision. The report leads with the decision, the estimated improvement and its interval.
@@ -30,6 +30,8 @@ ESTIMAND = (
     "Arithmetic means, so a task weighs in by what it costs; a one-sided test must reject 'not cheaper' at the "
     "stated level, and resolution may not fall."
 )
+NO_PROPOSAL_LINE = ("the proposer found nothing in the evidence to change, so no candidate was frozen, measured or "
+                    "decided; nothing can be applied")
 SIMULATED_NOTICE = (
     "**Simulated:** these results come from the offline simulator, a stand-in for a model with declared noise "
     "(bench.json says which). They exercise the pipeline and the statistics; they say nothing about how a real "
@@ -38,16 +40,25 @@ SIMULATED_NOTICE = (
 
 
 def write_outputs(out_dir: Path, promotion: Mapping[str, Any], incumbent: Side, candidate: Side,
-                  manifest: Mapping[str, Any] | None = None) -> list[str]:
+                  manifest: Mapping[str, Any] | None = None, *, proposal: str | None = None,
+                  overlay_diff: str | None = None) -> list[str]:
     """Write report.md, metrics.json (the few figures `dvc metrics show` prints), figures.json (every figure),
-    plots/tasks.csv and plots/improvement.svg; return one line per decision."""
+    plots/tasks.csv, plots/improvement.svg and index.html (the page: skillevo.gate.page, with the proposal's text
+    and its overlay diff when given); return one line per decision."""
+    from skillevo.gate import page  # it reads this module's helpers: imported here, not in a cycle
+
     totals = {"incumbent": side_totals(incumbent.rows), "candidate": side_totals(candidate.rows)}
     _write(out_dir / "report.md", render_report(promotion, totals, manifest))
     every = metrics(promotion, totals)
     safefs.write_atomic(out_dir / "metrics.json", documents.dump_json(summary(promotion, every)))
     safefs.write_atomic(out_dir / "figures.json", documents.dump_json(every))
     _write(out_dir / "plots" / "tasks.csv", render_tasks_csv(promotion))
-    _write(out_dir / "plots" / "improvement.svg", figures.improvement_svg(promotion))
+    svg = figures.improvement_svg(promotion)
+    _write(out_dir / "plots" / "improvement.svg", svg)
+    _write(out_dir / page.PAGE, page.render(promotion, (incumbent, candidate), manifest, svg=svg, proposal=proposal,
+                                            overlay_diff=overlay_diff))
+    if promotion.get("no_proposal"):
+        return [f"no_proposal: {NO_PROPOSAL_LINE} ({promotion['no_proposal']})"]
     return [summary_line(decision) for decision in promotion["decisions"]]
 
 
@@ -141,6 +152,8 @@ def render_report(promotion: Mapping[str, Any], totals: Mapping[str, Mapping[str
     lines = ["# Gate decision", "", ESTIMAND, ""]
     if backend["simulated"]:
         lines += [SIMULATED_NOTICE, ""]
+    if promotion.get("no_proposal"):
+        lines += [f"- **no_proposal** — {NO_PROPOSAL_LINE}. The proposer's reason: {promotion['no_proposal']}"]
     lines += [f"- **{d['candidate_arm']}: {d['decision']}** — {_headline(d)}" for d in promotion["decisions"]]
     if promotion["sequential"]:
         lines += ["", sequential_line(promotion["sequential"], promotion["policy"])]
@@ -223,17 +236,9 @@ def _decision_section(decision: Mapping[str, Any]) -> list[str]:
         lines += [f"Excluded runs at their worst ({bound['imputed_candidate_runs']} candidate run(s) unresolved at "
                   f"their task's highest {metric}, {bound['imputed_incumbent_runs']} control run(s) resolved at its "
                   f"lowest): {bound['decision']}" + (f", {_estimate(worst)}" if worst else "") + ".", ""]
-    interval = f"{100 * estimate['confidence']:g}% interval" if estimate else "interval"
-    lines += [
-        f"| task | control resolved | candidate resolved | control {metric} per run (mean) | candidate {metric} per "
-        f"run (mean) | improvement per resolved task | {interval} |",
-        "|---|---|---|---|---|---|---|",
-    ]
-    for row in decision["tasks"]:
-        inc, cand = row["incumbent"], row["candidate"]
-        span = "–" if row["interval_pct"] is None else " to ".join(bound_text(v) for v in row["interval_pct"])
-        lines.append(f"| {row['task']} | {_resolved(inc)} | {_resolved(cand)} | {_number(_mean(inc, metric))} "
-                     f"| {_number(_mean(cand, metric))} | {_pct(row['improvement_pct'])} | {span} |")
+    header, *table = task_table(decision)
+    lines += ["| " + " | ".join(header) + " |", "|---" * len(header) + "|",
+              *("| " + " | ".join(cells) + " |" for cells in table)]
     seed = decision["seed"]
     if seed:
         lines += ["", f"Seed rule: median of task medians {_pct(seed['median_improvement_pct'])}, resolution margin "
@@ -243,6 +248,20 @@ def _decision_section(decision: Mapping[str, Any]) -> list[str]:
         lines += ["", f"Warning: {decision['metric_warning']}."]
     lines += ["", "Reasons:", "", *(f"- {reason}" for reason in decision["reasons"])]
     return lines
+
+
+def task_table(decision: Mapping[str, Any]) -> list[tuple[str, ...]]:
+    """The per-task estimates as text cells, header first: report.md's table and the page's (skillevo.gate.page)."""
+    metric, estimate = decision["metric"], decision["estimate"]
+    interval = f"{100 * estimate['confidence']:g}% interval" if estimate else "interval"
+    table = [("task", "control resolved", "candidate resolved", f"control {metric} per run (mean)",
+              f"candidate {metric} per run (mean)", "improvement per resolved task", interval)]
+    for row in decision["tasks"]:
+        inc, cand = row["incumbent"], row["candidate"]
+        span = "–" if row["interval_pct"] is None else " to ".join(bound_text(v) for v in row["interval_pct"])
+        table.append((row["task"], _resolved(inc), _resolved(cand), _number(_mean(inc, metric)),
+                      _number(_mean(cand, metric)), _pct(row["improvement_pct"]), span))
+    return table
 
 
 def _mean(agg: Mapping[str, Any], metric: str) -> float | None:
