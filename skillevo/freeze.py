@@ -189,6 +189,25 @@ def freeze(overlay_dir: Path, *, params: Params, tasks_file: Path, repo: Path, o
         "frontmatter_changes": checked.frontmatter_changes,
         "script_changes": checked.script_changes,
     }
+    _write(out, manifest, files, executables, limits)
+    return manifest
+
+
+def freeze_declined(reason: str, *, params: Params, out: Path, session: Path) -> dict[str, Any]:
+    """A no_proposal generation's freeze: an empty frozen overlay and a manifest that says why, so the candidate
+    bench measures nothing and the gate records the generation as no_proposal (never a promotion)."""
+    manifest = {
+        "schema_version": 1, "overlay_digest": layout.tree_digest({}, set()), "files": [],
+        "required_candidate_arms": [], "destinations": {}, "candidate_origin": "declined",
+        "proposer_model": proposer_model(session), "evolvable_skills": sorted(params.skills.evolvable),
+        "changed_lines": 0, "frontmatter_changes": [], "script_changes": [], "no_proposal": reason,
+    }
+    _write(out, manifest, {}, set(), overlay.Limits.from_params(params))
+    return manifest
+
+
+def _write(out: Path, manifest: dict[str, Any], files: dict[str, bytes], executables: set[str],
+           limits: overlay.Limits) -> None:
     validate(manifest, "freeze-manifest", out / MANIFEST)
     if (out.exists() and not out.is_symlink() and out.is_dir()
             and set(p.name for p in out.iterdir()) - {MANIFEST, OVERLAY}):
@@ -201,4 +220,3 @@ def freeze(overlay_dir: Path, *, params: Params, tasks_file: Path, repo: Path, o
     if frozen != files or frozen_executables != executables:
         raise BrokenEnvironment(f"{out / OVERLAY}: the frozen copy differs from the validated overlay")
     safefs.write_atomic(out / MANIFEST, documents.dump_json(manifest))
-    return manifest

@@ -64,6 +64,31 @@ def frontmatter_note(checked: overlay.Checked) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _declined(ws_out: Path) -> str:
+    """The proposer's reasoned refusal to change anything: proposal.md headed NO_PROPOSAL, and nothing else in out/.
+    Anything else without an overlay is a failed session, refused as before."""
+    others = sorted(p.name for p in ws_out.iterdir() if p.name != "proposal.md")
+    text = safefs.read_text(ws_out / "proposal.md", max_bytes=MAX_PROPOSAL_BYTES, what="out/proposal.md") if (
+        ws_out / "proposal.md").is_file() and not (ws_out / "proposal.md").is_symlink() else ""
+    if others or not text.startswith(overlay.NO_PROPOSAL):
+        raise ProposalRefused(f"the proposer wrote no overlay under out/overlay/ and no proposal.md headed "
+                              f"{overlay.NO_PROPOSAL!r} (rule: one overlay, or a reasoned no proposal)")
+    return text.rstrip("\n") + "\n"
+
+
+def declined(proposal_dir: Path) -> str | None:
+    """Why the proposer declined, when its exported proposal is a no_proposal (proposal.md headed NO_PROPOSAL, no
+    overlay); None when it proposed. The one reading of that rule: freeze and the reports call it."""
+    text = proposal_dir / "proposal.md"
+    if (proposal_dir / "overlay").exists() or not text.is_file() or text.is_symlink():
+        return None
+    body = safefs.read_text(text, max_bytes=MAX_PROPOSAL_BYTES, what=str(text))
+    if not body.startswith(overlay.NO_PROPOSAL):
+        return None
+    paragraphs = [" ".join(part.split()) for part in body.removeprefix(overlay.NO_PROPOSAL).split("\n\n")]
+    return next((part for part in paragraphs if part), "no reason given")[:1000]  # its first paragraph
+
+
 def run(*, prompt: str, skills_dir: Path, evidence_dir: Path, evolvable: list[str], model: Model,
         credential: Credential | None, limits: overlay.Limits, out: Path, timeout_s: float,
         route: str | None = None) -> dict[str, Any]:
@@ -88,7 +113,9 @@ def run(*, prompt: str, skills_dir: Path, evidence_dir: Path, evolvable: list[st
         if not record["ok"]:
             raise ProposalRefused(f"the proposer session failed ({record['error_kind']}): {record['error_detail']}")
         if not (ws / "out/overlay").exists():
-            raise ProposalRefused("the proposer wrote no overlay under out/overlay/ (rule: one overlay)")
+            reason = _declined(ws / "out")
+            safefs.write_atomic(out / "proposal.md", reason.encode())
+            return {**record, "changed_lines": 0, "overlay_files": [], "frontmatter_changes": [], "declined": True}
         overlay_executables: set[str] = set()
         files = overlay.read_overlay(ws / "out/overlay", limits, overlay_executables)
         checked = overlay.validate(files, family, set(evolvable), OracleGuard(()), limits, str(skills_dir),

@@ -82,9 +82,11 @@ def test_the_skill_text_changes_what_a_session_does():
 def test_the_proposer_knows_which_line_gave_which_command():
     book = generic.command_instructions({"fixer/SKILL.md": SKILL.encode(), "other/SKILL.md": b"- `ls`\n"}, ["fixer"])
     phrases = sorted(i.phrase for i in book.instructions.values())
-    assert phrases == ["- Find it with `grep -n greet pkg/greet.py`, then keep the change small.",
+    assert phrases == ["$ python3 -m pytest -q",  # a fenced block's command is credited to its own line (issue 32)
+                       "- Find it with `grep -n greet pkg/greet.py`, then keep the change small.",
                        "- Run `scripts/check.sh` before you finish; `pip` alone is not a command to run."]
-    steps = book.tasks[0].sessions["(commands)"]  # a fenced block's lines are no line to remove: not instructions
-    assert {s.arg for s in steps} == {"grep -n greet pkg/greet.py", f"{BASE}/scripts/check.sh"}
+    steps = book.tasks[0].sessions["(commands)"]
+    assert {s.arg for s in steps} == {"grep -n greet pkg/greet.py", f"{BASE}/scripts/check.sh", "python3 -m pytest -q"}
+    assert {s.arg for s in steps} == set(generic.commands(SKILL, BASE))  # what the agent runs, all of it credited
     assert all(s.when in book.instructions for s in steps)
     assert book.task_for("make the greeting say hello") is None  # the proposer's knowledge, never played

@@ -126,12 +126,29 @@ def test_the_proposer_chooses_by_attributed_cost_not_by_what_the_playbook_calls_
               ()),
              ("work", 11, "- Handle empty and boundary inputs explicitly: whatever the task says about empty input.",
               ())]
-    analysis = {"rows": 3, "costs": {"survey": 1_000, "edge-cases": 9_000}, "cited": {}, "rejected": []}
+    analysis = {"rows": 3, "costs": {"survey": 1_000, "edge-cases": 9_000},
+                "cited": {"survey": ["t/a/0"], "edge-cases": ["t/a/1"]}, "rejected": []}
     assert book.instructions["edge-cases"].necessary  # the playbook knows; the proposer does not use it
     skill, line, _, what, _, tokens = _choose(book, analysis, lines)
     assert (skill, what, tokens) == ("work", "the instruction `edge-cases`", 9_000) and line == lines[1][2]
     analysis["rejected"] = [_key(lines[1][2])]  # a rejected removal is not proposed again
     assert _choose(book, analysis, lines)[1] == lines[0][2]
+    analysis["rejected"].append(_key(lines[0][2]))  # nothing left that a run shows: it declines, never a guess
+    with pytest.raises(LookupError, match=r"in 3 evidence run\(s\), no line .* nothing in the evidence supports"):
+        _choose(book, analysis, lines)
+
+
+def test_the_simulated_proposer_never_removes_a_line_no_cited_run_shows():
+    """Issue 32, item 4: a cost no run is cited for, or no cost at all, supports no change: it declines (the
+    generation is a cheap no_proposal) where it once removed 'a line that steers no measured behaviour'."""
+    from skillevo.simulator.proposer import _choose
+
+    book = load_all(BOOKS)
+    lines = [("work", 8, "- Read every module of the package end to end before editing, so that no caller is missed.",
+              ()), ("work", 9, "- Make the smallest change.", ())]
+    for costs, cited in (({"survey": 4_000}, {}), ({"survey": 0}, {"survey": ["t/a/0"]}), ({}, {})):
+        with pytest.raises(LookupError, match="nothing in the evidence supports a change"):
+            _choose(book, {"rows": 3, "costs": costs, "cited": cited, "rejected": []}, lines)
 
 
 def test_the_simulated_proposer_removes_a_list_item_with_its_continuation_lines():
@@ -153,7 +170,7 @@ def test_the_simulated_proposer_removes_a_list_item_with_its_continuation_lines(
     conv = SimpleNamespace(results=[SimpleNamespace(text=out)])
     lines = _lines(conv)
     assert [(n, rest) for _, n, _, rest in lines] == [(8, ("  so that no caller is missed,", "  and no test either."))]
-    analysis = {"rows": 3, "costs": {"survey": 5_000}, "cited": {}, "rejected": []}
+    analysis = {"rows": 3, "costs": {"survey": 5_000}, "cited": {"survey": ["t/a/0"]}, "rejected": []}
     assert _choose(book, analysis, lines)[2] == ("  so that no caller is missed,", "  and no test either.")
 
 
@@ -193,7 +210,8 @@ def test_the_prompt_says_what_the_overlay_may_do():
 
 def test_every_rejected_candidate_reaches_the_simulated_proposer_and_none_comes_back(demo_incumbent, tmp_path):
     """Three generations, each handed the memory of all the earlier ones (rejected.json only, no prior proposal):
-    every earlier candidate is in the bundle, newest first, and the proposer removes a line none of them did."""
+    every earlier candidate is in the bundle, newest first, and the proposer removes a line none of them did; once
+    every line a run shows was tried, the third declines (a no_proposal generation), never guessing at a line."""
     bench_dir, _ = demo_incumbent
     executables: set[str] = set()
     family = layout.read_family(ROOT / "skills", frozenset(), executables)
@@ -209,7 +227,11 @@ def test_every_rejected_candidate_reaches_the_simulated_proposer_and_none_comes_
                                  learnings=None, tasks=ROOT / "tasks/tasks.yaml"), root / "evidence")
         shown = json.loads((root / "evidence/rejected.json").read_text())
         assert [e["generation"] for e in shown] == list(range(gen - 1, 0, -1))
-        _propose(root, "proposer", root / "proposal")
+        record = _propose(root, "proposer", root / "proposal")
+        if gen == 3:
+            assert record["declined"] and not (root / "proposal/overlay").exists()
+            assert "2 line(s) tried before): nothing in the evidence" in propose.declined(root / "proposal")
+            break
         removal = next(line for line in (root / "proposal/proposal.md").read_text().splitlines()
                        if line.startswith("Instruction removed: "))
         assert removal not in removed, (gen, removal)

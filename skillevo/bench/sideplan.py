@@ -18,12 +18,13 @@ from skillevo.bench.cell import CellSpec
 from skillevo.core import arms as arms_mod
 from skillevo.core import comparators as comparators_mod
 from skillevo.core import controls as controls_mod
-from skillevo.core import frontmatter, layout, models, placeholder, safefs, sampling
+from skillevo.core import documents, frontmatter, layout, models, placeholder, safefs, sampling
 from skillevo.core import modes as modes_mod
 from skillevo.core import tasks as tasks_mod
 from skillevo.core.config import BenchParams, Params
 from skillevo.core.errors import BadInput
 from skillevo.core.results import SIDES, load_side
+from skillevo.core.schemas import validate
 from skillevo.stats import betting
 
 MAX_OVERLAY_BYTES = 8 << 20
@@ -97,13 +98,14 @@ def plan(side: str, tasks_file: Path, skills_dir: Path, overlay_dir: Path | None
     else:
         if overlay_dir is None:
             raise BadInput("the candidate side needs --overlay, a frozen overlay directory (<skill>/...md)")
-        files = safefs.read_tree(overlay_dir, max_file_bytes=MAX_OVERLAY_BYTES, max_total_bytes=MAX_OVERLAY_BYTES,
-                                 what="overlay file", executables=overlay_executables)
+        files = {} if _declined(overlay_dir) else safefs.read_tree(
+            overlay_dir, max_file_bytes=MAX_OVERLAY_BYTES, max_total_bytes=MAX_OVERLAY_BYTES, what="overlay file",
+            executables=overlay_executables)
         frontmatter.check_family({**family, **files}, str(overlay_dir), layout.SKILL_FILE,
                                  params.skills.frontmatter_keys)  # what the candidate's sessions will load
         touched = {layout.skill_of(rel) for rel in files}
         arm_list = arms_mod.required_candidate_arms(touched, frozen_arms)
-        if not arm_list:
+        if not arm_list and files:  # no files: a no_proposal generation's empty overlay, measured as nothing
             raise BadInput(f"{overlay_dir}: the overlay touches {sorted(touched)}, which no arm uses "
                            "(rule: required arms)")
         overlay_digest = layout.tree_digest(files, overlay_executables)
@@ -120,6 +122,16 @@ def plan(side: str, tasks_file: Path, skills_dir: Path, overlay_dir: Path | None
                     layout.tree_digest(family, executables), overlay_digest, split, frozenset(executables),
                     frozenset(overlay_executables), controls, params.sampling.replicate, sets, designs,
                     params.gate.metric, mcp=servers)
+
+
+def _declined(overlay_dir: Path) -> bool:
+    """A no_proposal generation's frozen overlay, which DVC does not restore on a pull (an empty directory): absent,
+    beside a manifest that says declined. Anything else missing is refused by the tree reader."""
+    manifest = overlay_dir.parent / "manifest.json"
+    if overlay_dir.exists() or not manifest.is_file():
+        return False
+    found = validate(documents.load_json(manifest, what="freeze manifest"), "freeze-manifest", manifest)
+    return found["candidate_origin"] == "declined"
 
 
 def _template(p: SidePlan, tree: Path, kind: str, dest: Path) -> str:

@@ -19,6 +19,9 @@ from skillevo.core.errors import BadInput
 from skillevo.core.oracle_guard import OracleGuard
 
 PRIVILEGED_FRONTMATTER = "privileged-frontmatter"  # a propose.allow value
+# A proposer that finds nothing in the evidence to change writes only proposal.md, headed so, and no overlay: the
+# generation is then a cheap, reported no_proposal (skillevo.propose.declined), never a change that cites no run.
+NO_PROPOSAL = "# No proposal"
 
 
 @dataclass(frozen=True)

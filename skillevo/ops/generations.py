@@ -153,8 +153,8 @@ def rejections(archive_dir: Path = ARCHIVE, params: Path = layout.PARAMS) -> lis
             continue
         bench = _json(gen / "bench-candidate/bench.json")
         promotion = _json(gen / "gate/promotion.json")
-        if bench.get("skills_digest") != digest or promoted(promotion["decisions"]):
-            continue
+        if bench.get("skills_digest") != digest or promoted(promotion["decisions"]) or promotion.get("no_proposal"):
+            continue  # a no_proposal generation froze no candidate: nothing was rejected
         overlay = _frozen_overlay(gen, promotion)
         if overlay is None:
             print(f"   {gen}: no archived overlay has the digest its gate bound; left out of the memory", flush=True)
@@ -219,6 +219,12 @@ def evolve(generations: int, dvc: str, noise: str | None = None, params: Path = 
         if hand_on():
             _run([dvc, "add", "-q", str(MEMORY)])
         ds = _generation(dvc)
+        declined = _json(RESULTS / "gate/promotion.json").get("no_proposal")
+        if declined:
+            print(f"the proposer declined in generation {g}: {declined}; the incumbent stays (with the same evidence "
+                  "it would decline again: add tasks or measure on another model)")
+            print(_to_commit())
+            return 0
         if promoted(ds):
             replicate = config.load(params).sampling.replicate + 1
             params_edit.set_value(params, "sampling", "replicate", replicate)
@@ -264,13 +270,15 @@ def rows(archive_dir: Path = ARCHIVE) -> list[dict[str, Any]]:
     out = []
     for gen in sorted(archive_dir.glob("gen-*")):
         meta = _json(gen / "meta.json")
-        ds = _json(gen / "gate/promotion.json")["decisions"]
+        promotion = _json(gen / "gate/promotion.json")
+        ds = promotion["decisions"]
         ledger = meta["ledger"]
         paid = {k: sum(part["paid"][k] for part in ledger.values()) for k in ("cost_usd", "sessions")}
         served = {k: sum(part["served"][k] for part in ledger.values()) for k in ("cost_usd", "sessions")}
         label = f"{meta['generation']} (confirms {meta['confirms']})" if meta.get("confirms") else meta["generation"]
         out.append({"generation": label,
-                    "decision": ", ".join(f"{d['candidate_arm']}={d['decision']}" for d in ds),
+                    "decision": ", ".join(f"{d['candidate_arm']}={d['decision']}" for d in ds)
+                    or ("no_proposal" if promotion.get("no_proposal") else ""),
                     "improvement_pct": ", ".join(_improvement(d) for d in ds),
                     "promoted_points": min((d["estimate"]["improvement_pct"] for d in ds), default=0.0)
                     if promoted(ds) and not meta.get("confirms") else 0.0,
@@ -320,9 +328,13 @@ def status(results: Path = RESULTS) -> str:
     if not (results / "gate/promotion.json").is_file():
         return "no gate decision yet: run `dvc repro` (`make demo` in a skillevo checkout)"
     ds = decisions(results)
-    lines = [f"decision: {'promote' if promoted(ds) else 'keep the incumbent'}"]
+    declined = _json(results / "gate/promotion.json").get("no_proposal")
+    lines = [f"decision: no proposal this generation: {declined}" if declined else
+             f"decision: {'promote' if promoted(ds) else 'keep the incumbent'}"]
     lines += [f"  {d['candidate_arm']}: {d['decision']} — {(d['reasons'] or [''])[0]}" for d in ds]
     lines += [f"report: {results / 'gate/report.md'}", f"proposal: {results / 'proposal/proposal.md'}"]
+    if (results / "gate/index.html").is_file():  # a gate older than the page wrote none
+        lines.append(f"page: {results / 'gate/index.html'} (open it in a browser: the decision, every transcript)")
     if promoted(ds):
         lines.append("next: `skillevo apply` (`make apply` in a skillevo checkout) writes the promoted skills for "
                      "your review (it never commits)")

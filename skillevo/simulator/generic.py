@@ -68,15 +68,18 @@ def solved(task: BenchTask, skills: frozenset[str]) -> SolvedTask:
     return SolvedTask(task.id, task.prompt, task.verify, tuple(writes), tuple(deletes), skills)
 
 
-def commands(skill_text: str, skill_dir: str | None) -> list[str]:
-    """The shell commands a literal reader of `skill_text` runs, in order, without repeats, at most MAX_COMMANDS."""
+def _found(skill_text: str) -> list[tuple[int, str]]:
+    """(offset, command) for each command a literal reader takes from `skill_text`: each line of a fenced shell
+    block, and inline code that starts with a known command or a skill's script, outside fences."""
     found: list[tuple[int, str]] = []
     for m in _FENCE.finditer(skill_text):
         if m.group(1).lower() in _SHELLS:
-            for line in m.group(2).splitlines():
-                line = line.strip().removeprefix("$ ").strip()
+            offset = m.start(2)
+            for raw in m.group(2).splitlines(keepends=True):
+                line = raw.strip().removeprefix("$ ").strip()
                 if line and not line.startswith("#"):
-                    found.append((m.start(), line))
+                    found.append((offset, line))
+                offset += len(raw)
     fenced = [(m.start(), m.end()) for m in _FENCE.finditer(skill_text)]
     for m in _INLINE.finditer(skill_text):
         text = m.group(1).strip()
@@ -84,12 +87,31 @@ def commands(skill_text: str, skill_dir: str | None) -> list[str]:
         if not any(a <= m.start() < b for a, b in fenced) and words and (
                 words[0] in KNOWN or words[0].startswith(("scripts/", "./scripts/"))):
             found.append((m.start(), text))
+    return sorted(found, key=lambda f: f[0])
+
+
+def commands(skill_text: str, skill_dir: str | None) -> list[str]:
+    """The shell commands a literal reader of `skill_text` runs, in order, without repeats, at most MAX_COMMANDS."""
     out: list[str] = []
-    for _, cmd in sorted(found, key=lambda f: f[0]):
+    for _, cmd in _found(skill_text):
         cmd = _in_skill_dir(cmd, skill_dir)[:MAX_COMMAND_CHARS]
         if cmd not in out:
             out.append(cmd)
     return out[:MAX_COMMANDS]
+
+
+def line_commands(skill_text: str, skill_dir: str | None) -> list[tuple[str, list[str]]]:
+    """Each line of `skill_text` that gives commands, with the commands the agent takes from it (the same reading
+    as `commands`): so a fenced block's command is credited to its own line, as an inline one is to its line."""
+    starts, at = [], 0
+    for line in skill_text.splitlines(keepends=True):
+        starts.append((at, line.rstrip("\n")))
+        at += len(line)
+    by_line: dict[int, list[str]] = {}
+    for offset, cmd in _found(skill_text):
+        index = max(i for i, (begin, _) in enumerate(starts) if begin <= offset)
+        by_line.setdefault(index, []).append(_in_skill_dir(cmd, skill_dir)[:MAX_COMMAND_CHARS])
+    return [(starts[i][1], cmds) for i, cmds in sorted(by_line.items())]
 
 
 def _in_skill_dir(cmd: str, skill_dir: str | None) -> str:
@@ -141,10 +163,7 @@ def command_instructions(family: Mapping[str, bytes], evolvable: Iterable[str], 
     for skill in sorted(evolvable):
         text = family.get(f"{skill}/SKILL.md", b"").decode("utf-8", errors="replace")
         skill_dir = f"{cwd}/.claude/skills/{skill}"
-        for line in text.splitlines():
-            cmds = commands(line, skill_dir)
-            if not cmds or not line.strip():
-                continue
+        for line, cmds in line_commands(text, skill_dir):
             ins = "line-" + hashlib.sha256(f"{skill}\n{line}".encode()).hexdigest()[:12]
             instructions[ins] = Instruction(ins, line.strip(), necessary=False)
             steps += [Step("bash", cmd, when=ins) for cmd in cmds]

@@ -1,6 +1,8 @@
 """The simulator playing the proposer: read the evidence, attribute cost to skill instructions, and
 remove the costliest one it has not tried before — through real tool calls. "Tried before" is every line a
 rejected candidate removed (/evidence/rejected.json, all of them, and the prior proposal's), whatever the verdict.
+When no line it may remove was behind a measured cost in a cited run, it declines: proposal.md headed
+`# No proposal` saying why, and no overlay (a no_proposal generation), never an edit the evidence does not support.
 
 Its knowledge of which tool calls an instruction causes comes from its own playbook (it is the agent that
 made them); a real model has to infer the same from the transcripts, as the prompt asks. What it does not
@@ -19,6 +21,7 @@ import re
 import shlex
 from typing import Any
 
+from skillevo.core.overlay import NO_PROPOSAL
 from skillevo.simulator.agent import Reply
 from skillevo.simulator.conversation import Conversation
 from skillevo.simulator.playbook import Playbook
@@ -179,18 +182,21 @@ def _lines(conv: Conversation) -> list[tuple[str, int, str, tuple[str, ...]]]:
 
 def _choose(book: Playbook, analysis: dict[str, Any], lines: list[tuple[str, int, str, tuple[str, ...]]]
             ) -> tuple[str, str, tuple[str, ...], str, list[str], int]:
-    """(skill, exact line to remove, its continuation lines, what it is, cited run ids, attributed tokens)."""
+    """(skill, exact line to remove, its continuation lines, what it is, cited run ids, attributed tokens): the
+    costliest line behind tokens in cited runs; LookupError (why) when there is none, so the proposer declines."""
     rejected = set(analysis.get("rejected", []))
     for tokens, ins in _ranked(book, analysis):
+        cited = analysis["cited"].get(ins, [])
+        if tokens <= 0 or not cited:
+            continue
         phrase = book.instructions[ins].phrase.lower()
         for skill, _, line, rest in lines:
             if not line[:1].isspace() and phrase in line.lower() and _key(line) not in rejected:
-                return skill, line, rest, f"the instruction `{ins}`", analysis["cited"].get(ins, []), tokens
-    phrases = [i.phrase.lower() for i in book.instructions.values()]
-    for skill, _, line, rest in reversed(lines):
-        if line.startswith("- ") and not any(p in line.lower() for p in phrases) and _key(line) not in rejected:
-            return skill, line, rest, "a line that steers no measured behaviour", [], 0
-    raise LookupError("no line left that the simulated proposer may remove")
+                return skill, line, rest, f"the instruction `{ins}`", cited, tokens
+    tried = len(rejected)
+    raise LookupError(f"in {analysis['rows']} evidence run(s), no line of the evolvable skills was behind a measured "
+                      f"cost that a run shows and no earlier candidate removed ({tried} line(s) tried before): "
+                      "nothing in the evidence supports a change")
 
 
 def _proposal(skill: str, line: str, rest: tuple[str, ...], what: str, cited: list[str], tokens: int,
@@ -239,6 +245,11 @@ class SimulatedProposer:
         try:
             skill, line, rest, what, cited, tokens = _choose(self.book, analysis, _lines(conv))
         except LookupError as e:
+            if conv.turns == 2:
+                return Reply(tool=("Write", {"file_path": f"{self.out}/proposal.md",
+                                             "content": f"{NO_PROPOSAL}\n\n{str(e)[:1].upper()}{str(e)[1:]}.\n\n"
+                                                        "_Written by the skillevo simulator playing the proposer "
+                                                        "(offline, deterministic)._\n"}))
             return Reply(text=f"No proposal: {e}.")
         target = f"{self.out}/overlay/{skill}/SKILL.md"
         script = [

@@ -5,8 +5,10 @@
 
 Writes <out>/overlay/ (files 0444) and <out>/manifest.json: the overlay digest, the candidate arms it
 requires, and the committed sha256 of every file an apply would replace (the canonical skills and every
-mirror). An overlay whose normalised diff equals a candidate the gate rejected for futility against the same
-incumbent (<previous>/rejected.json, which `make evolve` hands on) is refused. Exit 2 when the overlay breaks a
+mirror); when the proposer declined (its proposal.md headed `# No proposal`, no overlay), an empty overlay and a
+manifest with candidate_origin `declined` and its reason. An overlay whose normalised diff equals a candidate the
+gate rejected for futility against the same incumbent (<previous>/rejected.json, which `make evolve` hands on) is
+refused. Exit 2 when the overlay breaks a
 rule (the message names the file and the rule).
 """
 
@@ -16,9 +18,10 @@ import argparse
 import sys
 from pathlib import Path
 
+from skillevo import propose
 from skillevo.core import layout, memory, stage
 from skillevo.core.declared import Declared
-from skillevo.freeze import freeze
+from skillevo.freeze import freeze, freeze_declined
 
 # the params this stage reads: `tracked` is its dvc.yaml entry's `params:` (tests/test_declared_params.py)
 PARAMS = Declared(("arms", "propose.max_changed_lines", "propose.allow", "skills", "tasks"))
@@ -45,6 +48,10 @@ def parser() -> argparse.ArgumentParser:
 
 def run(args: argparse.Namespace) -> str:
     params = stage.load_params("freeze", args, PARAMS)
+    reason = None if args.hand_written else propose.declined(args.overlay.parent)
+    if reason is not None:
+        freeze_declined(reason, params=params, out=args.out, session=args.session)
+        return f"freeze: no proposal this generation ({reason[:200]}): nothing to measure, nothing to apply"
     manifest = freeze(args.overlay, params=params, tasks_file=args.tasks, repo=stage.repo_dir(args, params),
                       out=args.out, session=None if args.hand_written else args.session,
                       rejected=args.previous / memory.REJECTED_FILE)

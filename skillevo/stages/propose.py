@@ -3,7 +3,9 @@
     python -m skillevo.stages.propose
 
 Writes <out>/overlay/<skill>/SKILL.md, proposal.md, session.json (the measured session record, with the
-proposer's model) and transcripts/. With the simulator backend, the simulator plays the proposer.
+proposer's model) and transcripts/; or, when the proposer finds nothing in the evidence to change, proposal.md
+headed `# No proposal` and no overlay (a no_proposal generation: freeze, bench and gate pass it on, cheaply).
+With the simulator backend, the simulator plays the proposer.
 """
 
 from __future__ import annotations
@@ -64,6 +66,9 @@ def run(args: argparse.Namespace) -> str:
             if sim is not None and sim.failures:  # what went wrong is the offline simulator, not the API
                 raise BrokenEnvironment(f"the offline simulator failed while playing the proposer: {sim.failures[0]} "
                                         f"(see {args.out / 'session.json'})")
+    if record.get("declined"):
+        return (f"propose: no proposal: {propose.declined(args.out)} (freeze, the candidate bench and the gate "
+                f"record a no_proposal generation; see {args.out / 'proposal.md'})")
     return (f"propose: {', '.join(record['overlay_files'])} ({record['changed_lines']} changed lines); "
             f"see {args.out / 'proposal.md'}")
 
