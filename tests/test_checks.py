@@ -43,7 +43,10 @@ PASS_TYPE = '<testcase classname="test_greet_oracle.TestShape" name="test_type" 
     (report(), "error"),
 ])
 def test_the_report_decides(data, outcome):
-    assert read_report(data, BOUND) == Oracle(outcome)
+    found = read_report(data, BOUND)
+    assert found.outcome == outcome
+    # the task checks' flake detection reads which bound test failed; nothing else does
+    assert found.failing == ({"test_greet_oracle.TestShape::test_type"} if outcome == "failed" else set())
 
 
 def test_only_constant_words_leave_the_oracle():
@@ -56,8 +59,9 @@ def test_the_check_environment_hardens_the_interpreter():
     assert env["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] == "1" and env["SKILLEVO_CODE_DIR"] == "/work"
     addopts = oracle_env()["PYTEST_ADDOPTS"]
     for option in ("-c /opt/skillevo/pyboot/pytest.ini", "--rootdir=/oracle", "--confcutdir=/oracle",
-                   "--junitxml=/run/skillevo-report/oracle.xml"):
+                   "--junitxml=/run/skillevo-report/oracle.xml", "--import-mode=importlib"):
         assert option in addopts
+    assert env["TZ"] == "UTC" and env["PYTHONHASHSEED"] == "0" and env["LC_ALL"] == "C.UTF-8"  # entropy pinned
 
 
 def test_the_code_under_test_is_the_workspace_s_even_where_the_machine_has_it_installed(tmp_path):

@@ -38,10 +38,16 @@ MAX_OUTPUT = 1 << 20
 _PARAMS = re.compile(r"\[.*\]$", re.S)
 
 
+# What a check could read as entropy, the same in every run (the locale is base_env's C.UTF-8): a test that still
+# differs between identical runs is flaky in itself (skillevo.bench.taskcheck), never because of the clock's zone or
+# the string hash seed
+PINNED = {"TZ": "UTC", "PYTHONHASHSEED": "0"}
+
+
 def interpreter_env() -> dict[str, str]:
     """What every check process gets: no runner, module or plugin can come from the workspace."""
     return {**sandbox.base_env(), "PYTHONSAFEPATH": "1", "PYTHONNOUSERSITE": "1", "PYTHONPATH": PYBOOT_DST,
-            "SKILLEVO_CODE_DIR": sandbox.WORKDIR, "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}
+            "SKILLEVO_CODE_DIR": sandbox.WORKDIR, "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1", **PINNED}
 
 
 def oracle_env() -> dict[str, str]:
@@ -50,8 +56,8 @@ def oracle_env() -> dict[str, str]:
     # --import-mode=importlib: each oracle file is loaded from its own path, never found by name on sys.path, where
     # the workspace's test module of the same name (a fix's changed test file: task add --from-commit) came first
     opts = ["-c", f"{PYBOOT_DST}/pytest.ini", f"--rootdir={ORACLE_DST}", f"--confcutdir={ORACLE_DST}",
-            "-p", "no:cacheprovider", "--assert=plain", "--import-mode=importlib", f"--junitxml={REPORT_DST}/{REPORT}", "-o",
-            "junit_family=xunit2"]
+            "-p", "no:cacheprovider", "--assert=plain", "--import-mode=importlib", f"--junitxml={REPORT_DST}/{REPORT}",
+            "-o", "junit_family=xunit2"]
     return {**interpreter_env(), "PYTEST_ADDOPTS": shlex.join(opts), "SKILLEVO_ORACLE_DIR": ORACLE_DST,
             "SKILLEVO_ORACLE_REPORT": f"{REPORT_DST}/{REPORT}"}
 
@@ -89,6 +95,8 @@ class Oracle:
     (a count or a reason chosen by code running in the oracle could carry the oracle's bytes)."""
 
     outcome: str  # passed | failed | error
+    failing: frozenset[str] = frozenset()  # the bound tests that did not pass (a usable report only): for the task
+    # checks' flake detection, never in a row (their names are the task's, their outcomes are the reference's)
 
     @property
     def detail(self) -> str:
@@ -101,16 +109,18 @@ def read_report(data: bytes, bound: list[str]) -> Oracle:
         root = ElementTree.fromstring(data)
     except (ElementTree.ParseError, DefusedXmlException, ValueError):
         return Oracle("error")
-    seen, failed = set(), False
+    seen: set[str] = set()
+    failing: set[str] = set()
     for case in root.iter("testcase"):
         test = f"{case.get('classname', '')}::{_PARAMS.sub('', case.get('name', ''))}"
         if test not in bound:
             return Oracle("error")  # a collection error, or a test that is not the oracle's
         seen.add(test)
-        failed |= any(child.tag in ("failure", "error", "skipped") for child in case)
+        if any(child.tag in ("failure", "error", "skipped") for child in case):
+            failing.add(test)
     if set(bound) - seen:
         return Oracle("error")  # a bound test did not run
-    return Oracle("failed") if failed else Oracle("passed")
+    return Oracle("failed", frozenset(failing)) if failing else Oracle("passed")
 
 
 def oracle(command: str, files: tuple[tuple[str, bytes], ...], bound: list[str], ws: Path, private: Path, *,

@@ -104,7 +104,7 @@ def unloaded(family: Iterable[str], rows: list[dict[str, Any]]) -> list[str]:
 
 
 def render(provenance: dict[str, Any], rows: list[dict[str, Any]], named: set[str] = frozenset(),
-           family: Iterable[str] = ()) -> str:
+           family: Iterable[str] = (), checked: Mapping[str, tuple[int, int, int]] | None = None) -> str:
     m = provenance["model"]
     classes = {b["id"]: b["class"] for b in provenance["task_bindings"]}
     aggs = aggregate(rows, classes, [a["name"] for a in provenance["arms"]])
@@ -139,6 +139,7 @@ def render(provenance: dict[str, Any], rows: list[dict[str, Any]], named: set[st
     lines += against_baseline(provenance, aggs)
     lines += mcp_use(provenance, rows, set(named))
     lines += unloaded(family, rows) if provenance["side"] == "incumbent" else []
+    lines += task_checks(provenance, checked) if provenance["side"] == "incumbent" else []
     alarms = contamination(rows)
     if alarms:
         lines += ["## Contamination alarm", ""]
@@ -149,9 +150,30 @@ def render(provenance: dict[str, Any], rows: list[dict[str, Any]], named: set[st
     return "\n".join(lines)
 
 
+def task_checks(provenance: dict[str, Any], checked: Mapping[str, tuple[int, int, int]] | None) -> list[str]:
+    """Each task's flake rate, as the task checks measured it before this side paid (a flaky task is refused there),
+    or why they did not run."""
+    lines = ["## Task checks: oracle and verify stability", ""]
+    if checked is None:
+        return [*lines, "Not run by this bench: every cell was served from the cell store (`skillevo check` runs "
+                        "them).", ""]
+    lines += ["Each task's visible check and hidden oracle ran at the bug and with its solution, each run in a fresh "
+              "workspace (TZ=UTC, PYTHONHASHSEED=0, LC_ALL=C.UTF-8); a run whose outcome differs from the first "
+              "run's on the same tree is flaky, and its task is refused before anything is paid.", "",
+              "| task | runs at the bug | runs with the solution | runs whose outcome differed (flake rate) |",
+              "|---|---|---|---|"]
+    for task in sorted(checked):
+        bug, solved, differed = checked[task]
+        rate = 100 * differed / (bug + solved)
+        lines.append(f"| {task} | {bug} | {solved or 'no solution'} | {differed} ({rate:.0f}%) |")
+    return [*lines, ""]
+
+
 def write_report(path: Path, provenance: dict[str, Any], rows: list[dict[str, Any]],
-                 skills: Mapping[str, bytes] | None = None) -> None:
-    """`skills`: the family's files as the side installed them (the MCP tools they name)."""
+                 skills: Mapping[str, bytes] | None = None,
+                 checked: Mapping[str, tuple[int, int, int]] | None = None) -> None:
+    """`skills`: the family's files as the side installed them (the MCP tools they name); `checked`: what each
+    task's checks saw before the side paid (skillevo.bench.taskcheck.Stability; None: they did not run)."""
     files = skills or {}
     safefs.write_atomic(path, render(provenance, rows, named_mcp_tools(files.values()),
-                                     layout.skill_names_in(dict(files))).encode())
+                                     layout.skill_names_in(dict(files)), checked).encode())

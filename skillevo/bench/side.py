@@ -172,14 +172,17 @@ def _publish(staging: Path, out: Path, partial: bool) -> None:
     safefs.fsync_dir(out.parent)
 
 
-def _check_tasks(p: SidePlan, params: Params, quiet: bool) -> None:
+def _check_tasks(p: SidePlan, params: Params, quiet: bool) -> taskcheck.Stability:
     """What `skillevo check` runs on each task (setup runs; verify and the oracle fail as given and pass with the
-    solution), before the generation's first paid session: a task that measures nothing is refused, not paid for."""
+    solution, steadily over bench.check_runs runs), before the generation's first paid session: a task that measures
+    nothing, or by chance, is refused, not paid for. Returns what the runs saw, for the report."""
     if not quiet:
         print(f"bench: checking {len(p.tasks)} task(s) before paying (skillevo check)", file=sys.stderr, flush=True)
-    problems = taskcheck.run_tasks(list(p.tasks), params, str(p.tasks_file))
+    stability: taskcheck.Stability = {}
+    problems = taskcheck.run_tasks(list(p.tasks), params, str(p.tasks_file), stability=stability)
     if problems:
         raise BadInput("; ".join(problems) + " (rule: check before paying)")
+    return stability
 
 
 def store_context(params: Params, p: SidePlan, noise: Any) -> cellstore.Context:
@@ -226,8 +229,8 @@ def _whole_blocks(p: SidePlan, cells: list[CellSpec], served: list[tuple[CellSpe
 def _looks(p: SidePlan, params: Params) -> tuple[int, ...]:
     """The runs per cell at each look: the candidate side runs in looks when params sampling.sequential says so
     (skillevo.core.sampling), every other side in one."""
-    if p.side != "candidate" or not params.sampling.sequential.enabled:
-        return (p.runs,)
+    if p.side != "candidate" or not params.sampling.sequential.enabled or not p.arms:
+        return (p.runs,)  # no arms: a no_proposal generation's candidate side, one look at nothing
     return sampling.looks(params.sampling)
 
 
@@ -283,8 +286,9 @@ def run_side(p: SidePlan, params: Params, out: Path, *, executor: Executor | Non
         ctx = store_context(params, p, noise)
         keys, served = _serve(cells_store, cells, ctx, params.gate.max_age_days, quiet)
         served, broken = _whole_blocks(p, cells, served)
+        checked = None
         if p.side == "incumbent" and len(served) < len(cells):
-            _check_tasks(p, params, quiet)
+            checked = _check_tasks(p, params, quiet)
         staging = _staging(out)
         stack.callback(safefs.remove_tree, staging)  # renamed away on every path that keeps it
         with _cancel_on_signals() as cancel:
@@ -351,6 +355,6 @@ def run_side(p: SidePlan, params: Params, out: Path, *, executor: Executor | Non
         provenance["mac"] = controls.sign(provenance["results_sha256"], provenance)  # with a team key only
         validate(provenance, "bench-run", out / "bench.json")
         safefs.write_atomic(staging / "bench.json", documents.dump_json(provenance))
-        write_report(staging / "report.md", provenance, rows, {**p.family, **(p.overlay or {})})
+        write_report(staging / "report.md", provenance, rows, {**p.family, **(p.overlay or {})}, checked)
         _publish(staging, out, partial=False)
     return rows

@@ -30,7 +30,8 @@ PARAMS = Declared(("model", "arms", "tasks", "simulator", "sampling.runs", "samp
                   "gate.max_age_days", "bench.fault_reruns_pct",
                   "gate.metric", "gate.alpha", "gate.min_improvement_pct", "gate.max_resolution_drop_pct",
                   "gate.min_total_runs"),
-                  untracked=("bench.workers", "bench.executor", "bench.ray_address", "bench.ray_max_retries",
+                  untracked=("bench.check_runs", "bench.workers", "bench.executor", "bench.ray_address",
+                             "bench.ray_max_retries",
                              "bench.ray_cell_resources", "bench.max_consecutive_failures", "bench.max_excluded_pct",
                              "skills.evolvable", "skills.frontmatter_keys",  # checks, never outcomes
                              "skills.root", "skills.paths.skills"))  # without --skills, which dvc.yaml passes
