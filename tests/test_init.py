@@ -204,7 +204,7 @@ def test_init_writes_an_arm_per_evolvable_skill_and_says_its_plan(tmp_path, caps
     config.load(repo / "evolve/params.yaml")  # the schema's rules for arms hold
 
 
-def test_init_with_many_skills_writes_no_arm_per_skill_and_says_why(tmp_path, capsys):
+def test_init_with_many_skills_writes_no_arm_per_skill_and_says_why(tmp_path, capsys, monkeypatch):
     repo = _repo(tmp_path / "team")
     for i in range(init_cmd.MAX_SKILL_ARMS):
         (repo / f".claude/skills/s-{i}").mkdir()
@@ -214,13 +214,21 @@ def test_init_with_many_skills_writes_no_arm_per_skill_and_says_why(tmp_path, ca
     assert list(yaml.safe_load((repo / "evolve/params.yaml").read_text())["arms"]) == ["auto", "baseline"]
     assert f"no arm per skill ({init_cmd.MAX_SKILL_ARMS + 2} evolvable skills" in out, out
     assert "until then only auto can load them" in out
+    subprocess.run([*GIT, "-C", str(repo), "add", "-A"], check=True)
+    subprocess.run([*GIT, "-C", str(repo), "commit", "-qm", "skillevo init"], check=True)
+    monkeypatch.chdir(repo / "evolve")  # check names each evolvable skill only auto can load, before paying
+    assert check_cmd.main(["--no-tasks"]) == 2  # the placeholder task: a to-do
+    notes = [line for line in capsys.readouterr().out.splitlines() if line.startswith("check: note: ")]
+    assert len(notes) == init_cmd.MAX_SKILL_ARMS + 2 and "evolvable skill 'alpha' is named by no arm" in notes[0]
 
 
 @pytest.mark.bwrap
-def test_init_example_writes_a_task_that_check_passes(tmp_path, monkeypatch, capsys):
+@pytest.mark.cli
+def test_init_example_writes_a_task_that_check_passes_and_a_generation_runs(tmp_path, monkeypatch, capsys):
     """`init --example`: a real task on the team's own repository (create one file), pinned to the commit init ran
-    at, solved by a patch, with a hidden oracle stricter than verify: check runs it in the sandbox and passes, so
-    `dvc repro` can run at once (tests/test_user_repo.py runs a generation on it)."""
+    at, solved by a patch, with a hidden oracle stricter than verify: check runs it in the sandbox and passes, and
+    `dvc repro` runs offline end to end. One task is all the gate's, so the proposer has no evidence run to cite:
+    the generation is a no_proposal (issue 32, item 4), which status reports and apply refuses."""
     repo = _repo(tmp_path / "team")
     head = subprocess.run(["git", "-C", str(repo), "rev-parse", "HEAD"], capture_output=True, text=True).stdout
     assert init_cmd.main([str(repo / "evolve"), "--example"]) == 0
@@ -232,6 +240,20 @@ def test_init_example_writes_a_task_that_check_passes(tmp_path, monkeypatch, cap
     monkeypatch.chdir(repo / "evolve")
     assert check_cmd.main([]) == 0, capsys.readouterr().err
     assert "1 task(s) set up and unsolved as given" in capsys.readouterr().out
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
+    done = subprocess.run([sys.executable, "-m", "dvc", "repro"], cwd=repo / "evolve", env=env, capture_output=True,
+                          text=True, timeout=900)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    promotion = yaml.safe_load((repo / "evolve/results/gate/promotion.json").read_text())
+    assert promotion["decisions"] == [] and "nothing in the evidence supports a change" in promotion["no_proposal"]
+    assert "bench candidate: 0 cells" in done.stdout + done.stderr
+    rows = (repo / "evolve/results/bench-incumbent/results.jsonl").read_text().splitlines()
+    assert len(rows) == 4 * 5  # auto, one arm per skill, baseline; five runs each
+    cli = [sys.executable, "-m", "skillevo"]
+    status = subprocess.run([*cli, "status"], cwd=repo / "evolve", env=env, capture_output=True, text=True)
+    assert status.stdout.startswith("decision: no proposal this generation: "), status.stdout
+    applied = subprocess.run([*cli, "apply"], cwd=repo / "evolve", env=env, capture_output=True, text=True)
+    assert applied.returncode == 2 and "has nothing to apply" in applied.stderr, applied.stderr
 
 
 def test_init_example_refuses_a_repository_that_has_its_file(tmp_path, capsys):

@@ -110,6 +110,13 @@ class Arm:
         return found
 
 
+def unnamed(evolvable: Iterable[str], arms: Mapping[str, Arm]) -> list[str]:
+    """The evolvable skills no arm's prompt names: only an `auto` session can load one, and a model may pick the same
+    skill every time (the offline simulator's does), so such a skill may never be measured, and so never move."""
+    named = {skill for arm in arms.values() if not arm.is_comparator for skill in arm.skills}
+    return sorted(set(evolvable) - named)
+
+
 def is_baseline(skills: Sequence[str]) -> bool:
     """An arm that asks for these (Arm.skills, bench.json `arms[].skills`) runs without the family."""
     return bool(skills) and all(s == NONE for s in skills)

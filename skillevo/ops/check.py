@@ -15,7 +15,7 @@ from typing import Any
 
 from skillevo import check, sandbox
 from skillevo.bench import taskcheck
-from skillevo.core import layout, placeholder, price, stage, tasks
+from skillevo.core import arms, layout, placeholder, price, stage, tasks
 from skillevo.core.errors import BadInput
 
 
@@ -42,6 +42,16 @@ def _price(params: Any, loaded: list[tasks.Task]) -> list[str]:
     return price.price(params, len(chosen), len(gate), layout.BENCH["incumbent"] / "results.jsonl").lines()
 
 
+def _unnamed(params: Any) -> list[str]:
+    """Evolvable skills only `auto` can load: not a problem (auto may load them), but nothing guarantees a run
+    will, and the bench report's "Skills no run loaded" would say so only after paying."""
+    if params is None:
+        return []
+    return [f"{params.source}: evolvable skill {name!r} is named by no arm, so only an `auto` session can load it and "
+            f"none may (add an arm whose prompt names it: `skillevo init` writes one per skill; docs/formats.md, Arms)"
+            for name in arms.unnamed(params.skills.evolvable, params.arms)]
+
+
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="skillevo check", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -65,6 +75,8 @@ def run(args: argparse.Namespace) -> str:
         ran = len(loaded)
     for line in _price(params, loaded):
         print(f"check: {line}", flush=True)
+    for line in _unnamed(params):
+        print(f"check: note: {line}", flush=True)
     for line in problems:
         print(f"check: {line}", file=sys.stderr, flush=True)
     for line in todo:
@@ -74,7 +86,8 @@ def run(args: argparse.Namespace) -> str:
     if todo:
         raise placeholder.Placeholder(f"{len(todo)} thing(s) left to do above before `dvc repro`; everything else "
                                 "checked is ready")
-    tasks_part = f"{ran} task(s) set up and unsolved as given" if ran else "tasks not run (--no-tasks)"
+    tasks_part = (f"{ran} task(s) set up and unsolved as given, every check steady over {params.bench.check_runs} "
+                  "run(s) on each tree" if ran and params is not None else "tasks not run (--no-tasks)")
     return f"check: ok: params, tasks, skills, the gate's design and the backend; {tasks_part}"
 
 

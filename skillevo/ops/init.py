@@ -290,7 +290,7 @@ def plan_line(params_file: Path) -> str:
     evolvable = params.skills.evolvable
     per_skill = (f"one arm per evolvable skill ({', '.join(skill)})" if skill else
                  f"no arm per skill ({len(evolvable)} evolvable skills would each add an arm of incumbent sessions; "
-                 "add arms for the skills your tasks need, docs/formats.md, arms): until then only auto can load them")
+                 "add arms for the skills your tasks need, docs/formats.md, Arms): until then only auto can load them")
     runs, looks = params.sampling.runs, params.sampling.sequential
     stops = f", in looks from {looks.first} that stop once the answer is known" if looks.enabled else ""
     can = next((n for n in range(1, 100) if not sampling.unpromotable(n, params.sampling, params.gate)), None)

@@ -11,9 +11,9 @@ message, and its visible `verify` pytest on the same paths, selecting the test f
 the bug, so verify fails there; the prompt names them), or --verify.
 A fix that touches no test file is refused: it brings nothing to judge a run by. With --from-range A..B each commit of
 the range (merges left out, oldest first, at most MAX_RANGE) is tried so: the ones that make a task are added (an id
-taken already gets the commit's short hash), the others are listed with the rule that left them out. The task is appended to the
-tasks file (replacing init's placeholder task, if it is still there) and the file is loaded back by the one task
-loader before anything is kept; `skillevo check` then says
+taken already gets the commit's short hash), the others are listed with the rule that left them out. The task is
+appended to the tasks file (replacing init's placeholder task, if it is still there) and the file is loaded back by
+the one task loader before anything is kept; `skillevo check` then says
 whether the task measures anything (verify and the oracle must fail at the bug and pass with the fix).
 """
 
