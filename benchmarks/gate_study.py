@@ -17,7 +17,10 @@ Parts (--parts, all by default):
 - robust: the nulls that break convenient assumptions at p in {1, 0.7} x CV in {0.2, 0.5}, 10 and 20 runs;
 - power: 10% and 20% savings at p = 1, and the runs a 20% saving needs for power 0.8 (p = 1, CV 0.35);
 - sequential: candidate runs in looks (sampling.sequential on), judged at the stopped look's boundary;
-- evolve: schedules of null candidates over 1, 3 and 5 generations, with and without evolve's confirmation.
+- evolve: schedules of null candidates over 1, 3, 5 and 20 generations, with and without evolve's confirmation:
+  with it, the share of 20-generation runs that end in any false promotion is the family error rate
+  gate.family_alpha bounds (skillevo/gate/family.py); --check fails when it is over family_alpha + 3 standard
+  errors.
 
 Writes results/gate-study/{table.md,rates.csv,rates.svg} and ends with the line
 `false_promotion_max=<x> power_20pct_runs10_cv035=<y> runs_for_power80_20pct=<n>`, x over every null cell of the
@@ -74,6 +77,7 @@ ROBUST = ("boundary", "spread", "retry loop", "cheap task only", "less resolutio
 ROBUST_SETTINGS = ((1.0, 0.2), (1.0, 0.5), (0.7, 0.2), (0.7, 0.5))
 POWER_RUNS = (10, 12, 14, 16, 20, 24, 30)
 SEQUENTIAL = ("boundary", "spread", "retry loop", "side drift 0.1", "10% cheaper", "20% cheaper")
+FAMILY_GENERATIONS = 20  # the horizon gate.family_alpha 0.05 allows at gate.alpha 0.05 (skillevo.gate.family)
 REDUCED = ("boundary", "spread", "retry loop", "cheap task only", "less resolution", "gives up", "side drift 0.1",
            "warm or cold 0.15", "hides its worst run", "20% cheaper")
 
@@ -152,13 +156,23 @@ def main(argv: list[str] | None = None) -> int:
         if "evolve" in parts:
             cell = Cell("boundary", "interleaved", 10)
             count = max(100, args.decisions // 4)
-            jobs = [(g, count, policy, confirm, cell, plan) for g in (1, 3, 5) for confirm in (False, True)]
+            jobs = [(g, count, policy, confirm, cell, plan) for g in (1, 3, 5, FAMILY_GENERATIONS)
+                    for confirm in (False, True)]
             study.schedules = _map(pool, schedule_rate, jobs, "evolve")
+            study.family_alpha, study.family_schedules = params.gate.family_alpha, count
     finally:
         pool.shutdown()
     figures = write(args.out, study, NULLS)
     print(f"false_promotion_max={figures['x']:.4f} power_20pct_real={figures['y']:.4f} "
           f"mean_runs_20pct_real={figures['n']:.1f}")
+    family_rate = study.schedules.get((FAMILY_GENERATIONS, True))
+    if family_rate is not None:
+        print(f"family_false_promotion_{FAMILY_GENERATIONS}gen={family_rate:.4f} target={study.family_bound:.4f}")
+    if args.check and family_rate is not None and family_rate > study.family_bound:
+        print(f"gate-study: {FAMILY_GENERATIONS}-generation evolutions of null candidates end in a false promotion "
+              f"{family_rate:.4f} of the time, over gate.family_alpha's target {study.family_bound:.4f}",
+              file=sys.stderr)
+        return 1
     if args.check and figures["x"] > study.bound:
         print(f"gate-study: a null cell is over its target: {figures['x']:.4f} > {study.bound:.4f} "
               f"({figures['worst']})", file=sys.stderr)

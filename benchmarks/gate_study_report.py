@@ -29,6 +29,13 @@ class Study:
     power: dict[Cell, tuple[float, ...]] = field(default_factory=dict)
     sequential: dict[Cell, Any] = field(default_factory=dict)  # SequentialRates
     schedules: dict[tuple[int, bool], float] = field(default_factory=dict)
+    family_alpha: float = 0.05  # params gate.family_alpha (skillevo.gate.family)
+    family_schedules: int = 500  # 20-generation runs simulated per rate
+
+    @property
+    def family_bound(self) -> float:
+        """family_alpha plus 3 standard errors of a rate measured over family_schedules runs."""
+        return self.family_alpha + 3 * (self.family_alpha * (1 - self.family_alpha) / self.family_schedules) ** 0.5
     claims: dict[Cell, tuple[float, ...]] = field(default_factory=dict)  # the issue's cases, each as it names it
     headline: dict[Cell, Any] = field(default_factory=dict)  # SequentialRates under the default schedule
     preflight: dict[Cell, tuple[float, float, Any]] = field(default_factory=dict)  # stated power, runs; measured
@@ -232,7 +239,11 @@ def _schedule_lines(study: Study) -> list[str]:
     return ["## make evolve on null candidates (boundary, 10 runs)", "",
             "Share of schedules ending in a false promotion: " + "; ".join(
                 f"{g} generation(s): {study.schedules[(g, False)]:.4f} without confirmation, "
-                f"{study.schedules[(g, True)]:.4f} with" for g in sorted({g for g, _ in study.schedules})), ""]
+                f"{study.schedules[(g, True)]:.4f} with" for g in sorted({g for g, _ in study.schedules})), "",
+            f"With confirmation, each generation spends gate.alpha squared of gate.family_alpha {study.family_alpha:g} "
+            "(skillevo/gate/family.py: the union bound over generations, no independence between them assumed); "
+            f"the longest schedule is the evolution the default budget allows. Target: {study.family_bound:.4f} "
+            f"(family_alpha + 3 standard errors at {study.family_schedules} schedules).", ""]
 
 
 def _plot(path: Path, study: Study, nulls: Sequence[str]) -> None:

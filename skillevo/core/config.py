@@ -166,6 +166,7 @@ class Policy:
     resolution_margin: int
     max_age_days: int
     look_boundary: str  # spending | bonferroni: the level at a sequential candidate side's stopped look
+    family_alpha: float = 0.05  # make evolve: any false promotion over the evolution (skillevo.gate.family)
 
     @classmethod
     def from_dict(cls, values: Mapping[str, Any], source: str = "gate policy") -> Policy:

@@ -33,6 +33,7 @@ from skillevo import stats
 from skillevo.core import config, documents, layout, memory, params_edit, safefs, stage
 from skillevo.core.digests import sha256_file
 from skillevo.core.errors import BadInput, SkillevoError
+from skillevo.gate import family
 
 RESULTS = layout.RESULTS
 PREVIOUS = layout.PREVIOUS
@@ -215,7 +216,15 @@ def evolve(generations: int, dvc: str, noise: str | None = None, params: Path = 
         params_edit.set_value(params, "simulator", "noise", noise)
         print(f"evolve: simulator.noise {current.simulator.noise} -> {noise} in {params} (docs/simulator.md)")
     for g in range(1, generations + 1):
-        print(f"== generation {g} of {generations}", flush=True)
+        policy = config.load(params).gate
+        spent = family_budget(policy.family_alpha)
+        if not spent.allows(policy.alpha):
+            print(f"evolve: stopping before generation {g}: another at gate.alpha {policy.alpha:g} would spend "
+                  f"{family.per_generation(policy.alpha):.4g} more than the {spent.left:.4g} left ({spent.line()}); "
+                  "raise gate.family_alpha, or lower gate.alpha, to go on")
+            print(_to_commit())
+            return 0
+        print(f"== generation {g} of {generations} ({spent.line()})", flush=True)
         if hand_on():
             _run([dvc, "add", "-q", str(MEMORY)])
         ds = _generation(dvc)
@@ -240,6 +249,20 @@ def evolve(generations: int, dvc: str, noise: str | None = None, params: Path = 
     print(f"no candidate cleared the gate in {generations} generation(s); the incumbent stays.")
     print(_to_commit())
     return 0
+
+
+def family_budget(family_alpha: float, archive_dir: Path = ARCHIVE) -> family.Budget:
+    """What the archived evolution has spent of gate.family_alpha: each generation that tested a candidate spends
+    its gate.alpha squared (skillevo.gate.family); a confirmation is part of its generation's, a no_proposal none."""
+    tested = []
+    for gen in sorted(archive_dir.glob("gen-*")):
+        if not (gen / "meta.json").is_file() or not (gen / "gate/promotion.json").is_file():
+            continue
+        promotion = _json(gen / "gate/promotion.json")
+        if _json(gen / "meta.json").get("confirms") or promotion.get("no_proposal"):
+            continue
+        tested.append(float(promotion["policy"]["alpha"]))
+    return family.budget(family_alpha, tested)
 
 
 def _to_commit() -> str:
@@ -317,6 +340,8 @@ def report(archive_dir: Path = ARCHIVE) -> str:
                   f"${served:.4f} "
                   f"({sum(r['served_sessions'] for r in table)} sessions)"
               + (f"; ${paid / points:.4f} per promoted percentage point" if points > 0 else "; nothing promoted")]
+    if layout.PARAMS.is_file():
+        lines.append(family_budget(config.load(layout.PARAMS).gate.family_alpha, archive_dir).line())
     if any(r["simulated"] for r in table):
         lines.append("simulated: these sessions ran on the offline simulator; the dollars are its arithmetic, "
                      "not a bill")
