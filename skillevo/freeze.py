@@ -198,7 +198,7 @@ def freeze_declined(reason: str, *, params: Params, out: Path, session: Path) ->
     bench measures nothing and the gate records the generation as no_proposal (never a promotion)."""
     manifest = {
         "schema_version": 1, "overlay_digest": layout.tree_digest({}, set()), "files": [],
-        "required_candidate_arms": [], "destinations": {}, "candidate_origin": "declined",
+        "required_candidate_arms": [], "destinations": {}, "candidate_origin": overlay.DECLINED,
         "proposer_model": proposer_model(session), "evolvable_skills": sorted(params.skills.evolvable),
         "changed_lines": 0, "frontmatter_changes": [], "script_changes": [], "no_proposal": reason,
     }

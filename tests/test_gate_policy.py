@@ -111,7 +111,7 @@ def test_params_defaults_and_overrides(tmp_path: Path):
         "min_improvement_pct": 5.0,
         "quality_alpha": 0.1, "max_resolution_drop_pct": 20.0,
         "max_task_regression_pct": 20.0, "max_failed_task_regression_pct": 100.0, "min_gated_task_ratio": 0.5,
-        "resolution_margin": 2, "max_age_days": 90, "look_boundary": "spending",
+        "resolution_margin": 2, "max_age_days": 90, "look_boundary": "spending", "family_alpha": 0.05,
     }
     params.write_text(ARMS + "gate:\n  metric: duration_s\n  min_improvement_pct: 7\n", encoding="utf-8")
     policy = load_policy(params)

@@ -28,7 +28,7 @@ def _results(root: Path, incumbent: list[dict], candidate: list[dict], improveme
     estimate = {"improvement_pct": improvement, "interval_pct": [improvement - 2, improvement + 2]}
     (results / "gate/promotion.json").write_text(json.dumps(
         {"decisions": [{"candidate_arm": "candidate_auto", "decision": decision, "estimate": estimate,
-                        "reasons": ["the gate's reason"]}]}))
+                        "reasons": ["the gate's reason"]}], "policy": {"alpha": 0.05}}))
     return results
 
 

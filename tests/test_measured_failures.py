@@ -279,7 +279,7 @@ def test_real_api_faults_stay_excluded(tmp_path, mode, detail):
 
 
 KIND_LITERAL = re.compile(r'"([a-z]+(?:-[a-z]+)+)"')
-NOT_KINDS = {"bench-run", "result-row", "skillevo-cells", "spawn-failure", "x-api-key"}
+NOT_KINDS = {"bench-run", "freeze-manifest", "result-row", "skillevo-cells", "spawn-failure", "x-api-key"}
 
 
 def test_every_error_kind_the_bench_writes_is_declared_in_the_row_schema():

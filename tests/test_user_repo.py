@@ -19,15 +19,13 @@ import os
 import re
 import shlex
 import subprocess
-import sys
-import tarfile
 import time
 from pathlib import Path
 
 import pytest
 import yaml
 
-from tests.wheel import fresh_install
+from tests.wheel import fresh_install, sdist_tree
 
 pytestmark = [pytest.mark.cli, pytest.mark.bwrap, pytest.mark.timeout(1500)]
 ROOT = Path(__file__).resolve().parents[1]
@@ -99,14 +97,7 @@ def _oracle(tests: str, names: list[str]) -> str:
 def team(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("team")
     bindir = None if IMAGE else fresh_install(tmp / "install")[1].parent
-    subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--no-binary", ":all:", "--no-deps", "-d",
-                    str(tmp / "sdist"), SDIST], check=True, capture_output=True, timeout=300)
-    [sdist] = (tmp / "sdist").glob("six-*.tar.gz")
-    with tarfile.open(sdist) as tar:
-        tar.extractall(tmp / "unpacked", filter="data")
-    [src] = (tmp / "unpacked").iterdir()
-    repo = tmp / "six"
-    src.rename(repo)
+    repo = sdist_tree(tmp, SDIST, "six")
     suite = (repo / "test_six.py").read_text()
     (repo / "test_six.py").unlink()  # the team's suite is its hidden oracles (below)
     skills = repo / ".claude/skills"
@@ -119,11 +110,15 @@ def team(tmp_path_factory):
     _git(repo, "init", "-q", "-b", "main")
     _git(repo, "add", "-A")
     _git(repo, "commit", "-qm", "six 1.17.0 with the team's skills")
-    env = {"PATH": f"{bindir}:/usr/bin:/bin", "HOME": str(tmp),
-           "SKILLEVO_CLAUDE": os.environ.get("SKILLEVO_CLAUDE", ""),
-           "GIT_AUTHOR_NAME": "team", "GIT_AUTHOR_EMAIL": "team@example.invalid", "GIT_COMMITTER_NAME": "team",
-           "GIT_COMMITTER_EMAIL": "team@example.invalid", "TMPDIR": os.environ.get("TMPDIR", "/tmp")}
-    return {"repo": repo, "env": env, "bin": bindir, "suite": suite, "log": []}
+    return {"repo": repo, "env": team_env(tmp, bindir), "bin": bindir, "suite": suite, "log": []}
+
+
+def team_env(home: Path, bindir: Path | None) -> dict[str, str]:
+    """What a team member's shell holds: the fresh venv's commands first, a home of its own, the pinned CLI."""
+    return {"PATH": f"{bindir}:/usr/bin:/bin", "HOME": str(home),
+            "SKILLEVO_CLAUDE": os.environ.get("SKILLEVO_CLAUDE", ""), "TMPDIR": os.environ.get("TMPDIR", "/tmp"),
+            "GIT_AUTHOR_NAME": "team", "GIT_AUTHOR_EMAIL": "team@example.invalid", "GIT_COMMITTER_NAME": "team",
+            "GIT_COMMITTER_EMAIL": "team@example.invalid"}
 
 
 def _run(team, *args: str, cwd: Path, timeout: int = 900) -> subprocess.CompletedProcess:

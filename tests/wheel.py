@@ -7,6 +7,7 @@ from __future__ import annotations
 import site
 import subprocess
 import sys
+import tarfile
 import venv
 from pathlib import Path
 
@@ -38,3 +39,15 @@ def fresh_install(tmp: Path) -> tuple[Path, Path]:
     subprocess.run([sys.executable, "-m", "pip", "--python", str(python), "install", "-q", "--no-deps",
                     str(wheel)], check=True, capture_output=True, timeout=300)
     return wheel, python
+
+
+def sdist_tree(tmp: Path, spec: str, name: str) -> Path:
+    """A real library's source release from the package index (`spec`, e.g. six==1.17.0), unpacked at tmp/name:
+    the tree a team's repository starts from in the adoption tests."""
+    subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--no-binary", ":all:", "--no-deps", "-d",
+                    str(tmp / "sdist"), spec], check=True, capture_output=True, timeout=300)
+    [sdist] = (tmp / "sdist").glob("*.tar.gz")
+    with tarfile.open(sdist) as tar:
+        tar.extractall(tmp / "unpacked", filter="data")
+    [src] = (tmp / "unpacked").iterdir()
+    return src.rename(tmp / name)

@@ -20,6 +20,7 @@ from skillevo.core import comparators as comparators_mod
 from skillevo.core import controls as controls_mod
 from skillevo.core import documents, frontmatter, layout, models, placeholder, safefs, sampling
 from skillevo.core import modes as modes_mod
+from skillevo.core import overlay as overlay_mod
 from skillevo.core import tasks as tasks_mod
 from skillevo.core.config import BenchParams, Params
 from skillevo.core.errors import BadInput
@@ -131,7 +132,7 @@ def _declined(overlay_dir: Path) -> bool:
     if overlay_dir.exists() or not manifest.is_file():
         return False
     found = validate(documents.load_json(manifest, what="freeze manifest"), "freeze-manifest", manifest)
-    return found["candidate_origin"] == "declined"
+    return found["candidate_origin"] == overlay_mod.DECLINED
 
 
 def _template(p: SidePlan, tree: Path, kind: str, dest: Path) -> str:

@@ -22,6 +22,7 @@ PRIVILEGED_FRONTMATTER = "privileged-frontmatter"  # a propose.allow value
 # A proposer that finds nothing in the evidence to change writes only proposal.md, headed so, and no overlay: the
 # generation is then a cheap, reported no_proposal (skillevo.propose.declined), never a change that cites no run.
 NO_PROPOSAL = "# No proposal"
+DECLINED = "declined"  # the candidate_origin of such a generation's freeze manifest and promotion
 
 
 @dataclass(frozen=True)

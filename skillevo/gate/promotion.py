@@ -12,7 +12,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from skillevo.core import controls, documents, safefs, sampling
+from skillevo.core import controls, documents, overlay, safefs, sampling
 from skillevo.core.config import Policy, SamplingParams, section
 from skillevo.core.errors import BadInput
 from skillevo.core.layout import incumbent_arm_of
@@ -49,7 +49,6 @@ BINDING_KEYS = (
     "design",
 )
 CLOCK_SKEW = timedelta(minutes=5)
-DECLINED = "declined"  # the freeze manifest's candidate_origin of a no_proposal generation
 
 
 class PromotionRefused(BadInput):
@@ -103,7 +102,7 @@ def build_promotion(
             f"{incumbent.directory / 'bench.json'} and {candidate.directory / 'bench.json'}: $.task_bindings differ "
             "on the gate's tasks (rule: both sides are benchmarked with identical task bindings)"
         )
-    declined = freeze["candidate_origin"] == DECLINED
+    declined = freeze["candidate_origin"] == overlay.DECLINED
     for key, what in (("task_split", "task split"), ("model", "model"), ("effort", "effort"),
                       ("served_models", "served model ids"), ("simulator", "simulator noise"),
                       ("replicate", "replicate")):
