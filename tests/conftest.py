@@ -91,7 +91,8 @@ def demo_incumbent(tmp_path_factory) -> tuple[Path, list[dict]]:
 # The longest files first: `make test-full` hands whole files to its workers in collection order, so the
 # generations start at once and the short files fill in around them, instead of one worker finishing them alone.
 LONGEST_FIRST = ("test_pipeline.py", "test_pipeline_evolve.py", "test_pipeline_noise.py", "test_family.py",
-                 "test_user_repo.py", "test_pipeline_gateway.py", "test_auto_arm.py", "test_bench_demo.py")
+                 "test_user_repo.py", "test_adoption.py", "test_pipeline_gateway.py", "test_auto_arm.py",
+                 "test_bench_demo.py")
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

@@ -21,7 +21,7 @@ from skillevo.gate.report import write_outputs
 from tests.gate_rows import freeze, sides
 from tests.test_gate_promotion import DEFAULT, NOW, promoting_rows
 
-REASON = "In 12 evidence run(s), no line of the evolvable skills was behind a measured cost that a run shows."
+REASON = "In 12 evidence run(s), no line of the evolvable skills gave tool calls that a run shows."
 
 
 def _declined_manifest(**fields) -> dict:

@@ -139,16 +139,23 @@ def test_the_proposer_chooses_by_attributed_cost_not_by_what_the_playbook_calls_
 
 
 def test_the_simulated_proposer_never_removes_a_line_no_cited_run_shows():
-    """Issue 32, item 4: a cost no run is cited for, or no cost at all, supports no change: it declines (the
-    generation is a cheap no_proposal) where it once removed 'a line that steers no measured behaviour'."""
+    """Issue 32, item 4: a line no cited run shows supports no change: it declines (the generation is a cheap
+    no_proposal) where it once removed 'a line that steers no measured behaviour'. A cited line whose turns carry no
+    usage (a backend's transcripts may not) is still one the runs show, and is proposed, saying so."""
     from skillevo.simulator.proposer import _choose
 
     book = load_all(BOOKS)
     lines = [("work", 8, "- Read every module of the package end to end before editing, so that no caller is missed.",
               ()), ("work", 9, "- Make the smallest change.", ())]
-    for costs, cited in (({"survey": 4_000}, {}), ({"survey": 0}, {"survey": ["t/a/0"]}), ({}, {})):
+    for costs, cited in (({"survey": 4_000}, {}), ({}, {})):
         with pytest.raises(LookupError, match="nothing in the evidence supports a change"):
             _choose(book, {"rows": 3, "costs": costs, "cited": cited, "rejected": []}, lines)
+    found = _choose(book, {"rows": 3, "costs": {"survey": 0}, "cited": {"survey": ["t/a/0"]}, "rejected": []}, lines)
+    assert found[1] == lines[0][2] and found[4:] == (["t/a/0"], 0)
+    from skillevo.simulator.proposer import _proposal
+
+    assert "carry no per-turn usage, so their tokens are not counted here. Runs: t/a/0." in _proposal(
+        "work", lines[0][2], (), "x", ["t/a/0"], 0, 3)
 
 
 def test_the_simulated_proposer_removes_a_list_item_with_its_continuation_lines():

@@ -164,6 +164,9 @@ def test_init_check_repro_apply_revert_in_a_team_repository(team):
     params = yaml.safe_load((folder / "params.yaml").read_text())
     assert params["skills"]["evolvable"] == ["fixer", "reviewer", "test-runner"]
     params["skills"]["evolvable"] = ["fixer", "reviewer"]  # the third-party skill is not the team's to rewrite
+    assert list(params["arms"]) == ["auto", "skill_fixer", "skill_reviewer", "skill_test_runner", "baseline"]
+    params["arms"] = {name: params["arms"][name] for name in ("auto", "baseline")}  # the image demo's size (below);
+    # init's plan as written is tests/test_adoption.py's
     # the image demo's size (3 gate tasks x 6 = 18 runs per arm, 60 sessions in all), in CI's 30 minutes; with
     # fewer runs than gate.min_total_runs, `check` says no candidate can be promoted
     params["sampling"].update(runs=6, incumbent_runs=3)

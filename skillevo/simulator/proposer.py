@@ -1,7 +1,7 @@
 """The simulator playing the proposer: read the evidence, attribute cost to skill instructions, and
 remove the costliest one it has not tried before — through real tool calls. "Tried before" is every line a
 rejected candidate removed (/evidence/rejected.json, all of them, and the prior proposal's), whatever the verdict.
-When no line it may remove was behind a measured cost in a cited run, it declines: proposal.md headed
+When no line it may remove gave tool calls that a cited run shows, it declines: proposal.md headed
 `# No proposal` saying why, and no overlay (a no_proposal generation), never an edit the evidence does not support.
 
 Its knowledge of which tool calls an instruction causes comes from its own playbook (it is the agent that
@@ -183,20 +183,20 @@ def _lines(conv: Conversation) -> list[tuple[str, int, str, tuple[str, ...]]]:
 def _choose(book: Playbook, analysis: dict[str, Any], lines: list[tuple[str, int, str, tuple[str, ...]]]
             ) -> tuple[str, str, tuple[str, ...], str, list[str], int]:
     """(skill, exact line to remove, its continuation lines, what it is, cited run ids, attributed tokens): the
-    costliest line behind tokens in cited runs; LookupError (why) when there is none, so the proposer declines."""
+    costliest line whose tool calls cited runs show; LookupError (why) when there is none, so the proposer declines."""
     rejected = set(analysis.get("rejected", []))
     for tokens, ins in _ranked(book, analysis):
         cited = analysis["cited"].get(ins, [])
-        if tokens <= 0 or not cited:
+        if not cited:  # tokens may be 0 where a backend's transcripts carry no per-turn usage; runs may not
             continue
         phrase = book.instructions[ins].phrase.lower()
         for skill, _, line, rest in lines:
             if not line[:1].isspace() and phrase in line.lower() and _key(line) not in rejected:
                 return skill, line, rest, f"the instruction `{ins}`", cited, tokens
     tried = len(rejected)
-    raise LookupError(f"in {analysis['rows']} evidence run(s), no line of the evolvable skills was behind a measured "
-                      f"cost that a run shows and no earlier candidate removed ({tried} line(s) tried before): "
-                      "nothing in the evidence supports a change")
+    raise LookupError(f"in {analysis['rows']} evidence run(s), no line of the evolvable skills gave tool calls that a "
+                      f"run shows and no earlier candidate removed ({tried} line(s) tried before): nothing in the "
+                      "evidence supports a change")
 
 
 def _proposal(skill: str, line: str, rest: tuple[str, ...], what: str, cited: list[str], tokens: int,
@@ -209,7 +209,9 @@ def _proposal(skill: str, line: str, rest: tuple[str, ...], what: str, cited: li
         f"{REMOVED}{line.strip()}\n\n"
         "## Pattern\n\n"
         f"In {rows} evidence run(s), {what} made the agent take extra tool calls that no check needed; "
-        f"those turns cost about {tokens:,} tokens in all. Runs: {runs}.\n\n"
+        + (f"those turns cost about {tokens:,} tokens in all." if tokens else
+           "these transcripts carry no per-turn usage, so their tokens are not counted here.")
+        + f" Runs: {runs}.\n\n"
         "## Change\n\n"
         f"Remove this from `{skills_path}/{skill}/SKILL.md` ({scope}; nothing else changes):\n\n{quoted}\n\n"
         "## Expected metric movement\n\n"
