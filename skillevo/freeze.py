@@ -42,8 +42,8 @@ def committed_modes(repo: Path, paths: list[str]) -> dict[str, str]:
     modes = {}
     for entry in listed.stdout.split(b"\0"):
         if entry:
-            meta, _, path = entry.partition(b"\t")
-            modes[path.decode()] = meta.split()[0].decode()
+            meta, _, name = entry.partition(b"\t")
+            modes[name.decode()] = meta.split()[0].decode()
     for path in paths:
         live = "100755" if os.lstat(repo / path).st_mode & 0o111 else "100644"
         if modes.get(path) != live:

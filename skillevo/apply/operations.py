@@ -10,6 +10,7 @@ from __future__ import annotations
 import secrets
 from collections.abc import Callable
 from datetime import datetime
+from typing import Any
 
 from skillevo.apply.common import (
     RECEIPT_SCHEMA,
@@ -72,8 +73,9 @@ def apply_promotion(paths: ApplyPaths, *, now: datetime, params: Callable[[], Pa
                         f"{s.path}: edited after freeze (sha256 {str(actual)[:12]} is not the {str(frozen)[:12]} "
                         "recorded at freeze); apply will not overwrite it: commit or discard the edit and re-run the "
                         "pipeline")
-            files = [{"path": s.path, "before_sha256": sha_or_none(s.expect), "after_sha256": sha_or_none(s.new),
-                      "before_mode": s.mode, "after_mode": s.new_mode} for s in swaps]
+            files: list[dict[str, Any]] = [
+                {"path": s.path, "before_sha256": sha_or_none(s.expect), "after_sha256": sha_or_none(s.new),
+                 "before_mode": s.mode, "after_mode": s.new_mode} for s in swaps]
             receipt = {
                 "schema_version": SCHEMA_VERSION,
                 "promotion": str(paths.promotion),

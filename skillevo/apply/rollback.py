@@ -80,6 +80,7 @@ def _undo_create(s: Swap, i: int, fault: Fault) -> None:
     if data != s.new:
         raise ApplyRefused(f"{s.path}: was edited after apply created it; left as is (a rollback deletes only the "
                            "bytes apply wrote)")
+    assert s.new is not None  # it equals the bytes just read
     retract(s.parent, s.name, s.staged, s.new_ino, s.new, s.path)
     s.state = "restored"
 

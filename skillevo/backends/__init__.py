@@ -93,6 +93,7 @@ def open_model(params: Any, *, simulator: Any = None,
             if params.backend in models.GATEWAY_BACKENDS:  # the proxy must show the provider key to get an answer
                 simulator.api_key = f"sk-skillevo-provider-{secrets.token_hex(16)}"
             sim_url = stack.enter_context(simulator).url()
+        credential: Credential | None
         if params.backend in models.GATEWAY_BACKENDS:  # LiteLLM, an optional extra, runs as a process of its own
             model, credential = stack.enter_context(gateway.open_gateway(
                 params, name, upstream_url=sim_url, upstream_key=simulator.api_key if sim_url else None))

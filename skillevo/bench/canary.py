@@ -10,7 +10,7 @@ none of its stored cells are served, they are all paid again, and the new measur
 from __future__ import annotations
 
 import threading
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -32,7 +32,7 @@ class Canary:
                 "recorded_at": self.row.get("recorded_at"), "drift": self.drift}
 
 
-def drift(fresh: Mapping[str, Any], stored: list[Mapping[str, Any]], metric: str, tolerance: float) -> str | None:
+def drift(fresh: Mapping[str, Any], stored: Sequence[Mapping[str, Any]], metric: str, tolerance: float) -> str | None:
     """Why the stored valid runs of a (task, arm) cannot explain a fresh run of it, or None.
 
     Drift: the fresh run is a harness or API fault (it measured nothing, so nothing vouches for the store); it

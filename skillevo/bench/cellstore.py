@@ -195,7 +195,7 @@ class Store:
                 entry = self.read(k)
                 recorded = _moment(entry["row"]["recorded_at"], self.path(k))
             except (Miss, BadInput):
-                why = "damaged"
+                why: str | None = "damaged"
             else:
                 why = ("expired" if now - recorded > timedelta(days=max_age_days)
                                     or recorded > now + timedelta(minutes=5)
@@ -300,9 +300,8 @@ def _decode(raw: bytes, path: Path, k: str, secret: bytes | None) -> dict[str, A
         raise Miss(f"{path}: not a {FORMAT} entry for key {k} (rule: entry format)")
     if not isinstance(entry.get("material"), dict) or sha256_json(entry["material"]) != k:
         raise Miss(f"{path}: its key material does not hash to its key (rule: content address)")
-    row = entry.get("row")
     try:
-        validate(row, "result-row", f"{path}: row")
+        row: dict[str, Any] = validate(entry.get("row"), "result-row", f"{path}: row")  # an object, by the schema
         check_row(row, f"{path}: row")
     except BadInput as e:
         raise Miss(str(e)) from None

@@ -138,6 +138,7 @@ def _diff(rel: str, old: Entry | None, new: Entry | None, before: Path, after: P
     """(insertions, deletions, git-style patch text) for one path."""
     header = f"diff --git a/{rel} b/{rel}\n"
     if old is None:
+        assert new is not None  # measure diffs only a path one side holds
         header += f"new file mode {_mode(new)}\n"
     elif new is None:
         header += f"deleted file mode {_mode(old)}\n"

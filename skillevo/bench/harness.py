@@ -93,7 +93,7 @@ def _statements(text: str) -> list[ast.stmt]:
 @functools.lru_cache(maxsize=4096)
 def _imports(text: str, package: str) -> set[str]:
     """By content, so a module is read once however many closures hold it."""
-    names = set()
+    names: set[str] = set()
     for node in _statements(text):
         if isinstance(node, ast.Import):
             names.update(alias.name for alias in node.names)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import re
 from collections import defaultdict
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Set
 from pathlib import Path
 from typing import Any
 
@@ -103,7 +103,7 @@ def unloaded(family: Iterable[str], rows: list[dict[str, Any]]) -> list[str]:
               "when to use it if an `auto` arm should pick it" for name in never], ""]
 
 
-def render(provenance: dict[str, Any], rows: list[dict[str, Any]], named: set[str] = frozenset(),
+def render(provenance: dict[str, Any], rows: list[dict[str, Any]], named: Set[str] = frozenset(),
            family: Iterable[str] = (), checked: Mapping[str, tuple[int, int, int]] | None = None) -> str:
     m = provenance["model"]
     classes = {b["id"]: b["class"] for b in provenance["task_bindings"]}

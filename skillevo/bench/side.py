@@ -338,7 +338,7 @@ def run_side(p: SidePlan, params: Params, out: Path, *, executor: Executor | Non
         rows = sorted(writer.rows, key=lambda r: (r["task"], r["arm"], r["run"]))
         results = b"".join(canonical_json(r) + b"\n" for r in rows)
         safefs.write_atomic(staging / "results.jsonl", results)
-        provenance = {
+        provenance: dict[str, Any] = {
             "schema_version": 1, "side": p.side, "model": models.binding(params.model), "effort": mdl.effort,
             "runs": p.runs, "arms": [a.describe() for a in (*p.controls, *p.arms)],
             "controls": "interleaved" if p.side == "candidate" else None, "task_bindings": [t.binding for t in p.tasks],

@@ -88,14 +88,14 @@ def plan(side: str, tasks_file: Path, skills_dir: Path, overlay_dir: Path | None
     if side == "candidate":  # the candidate is judged on the gate's tasks only; evidence tasks teach the proposer
         loaded = [task for task in loaded if task.id in split.gate]
     chosen, skipped = tasks_mod.select(loaded, expensive)
-    overlay_digest, files, overlay_executables, controls = None, None, set(), []
+    overlay_digest, files, controls = None, None, []
+    overlay_executables: set[str] = set()
     frozen_arms, servers = mcpservers.freeze(params.arms, Path(params.source).parent, params.source)
     if side == "incumbent":
         if overlay_dir is not None:
             raise BadInput("the incumbent side takes no overlay (rule: --overlay is for the candidate side)")
         arm_list = [frozen_arms[n] if n not in sets else  # a comparator's digest goes into its cells' keys
-                    replace(frozen_arms[n], comparator=replace(frozen_arms[n].comparator, digest=sets[n].digest))
-                    for n in sorted(frozen_arms)]
+                    _with_digest(frozen_arms[n], sets[n].digest) for n in sorted(frozen_arms)]
     else:
         if overlay_dir is None:
             raise BadInput("the candidate side needs --overlay, a frozen overlay directory (<skill>/...md)")
@@ -123,6 +123,12 @@ def plan(side: str, tasks_file: Path, skills_dir: Path, overlay_dir: Path | None
                     layout.tree_digest(family, executables), overlay_digest, split, frozenset(executables),
                     frozenset(overlay_executables), controls, params.sampling.replicate, sets, designs,
                     params.gate.metric, mcp=servers)
+
+
+def _with_digest(arm: arms_mod.Arm, digest: str) -> arms_mod.Arm:
+    """`arm` with its comparator's digest filled in."""
+    assert arm.comparator is not None  # `sets` holds only the arms with a comparator
+    return replace(arm, comparator=replace(arm.comparator, digest=digest))
 
 
 def _declined(overlay_dir: Path) -> bool:

@@ -102,7 +102,7 @@ class Arm:
         return bool(touched_skills & set(self.skills)) or (AUTO in self.skills and bool(touched_skills))
 
     def describe(self) -> dict[str, Any]:
-        found = {"name": self.name, "incumbent_arm": self.incumbent, "skills": list(self.skills)}
+        found: dict[str, Any] = {"name": self.name, "incumbent_arm": self.incumbent, "skills": list(self.skills)}
         if self.mcp:
             found["mcp"] = sorted(server.name for server in self.mcp)
         if self.comparator is not None:
@@ -156,7 +156,7 @@ def check_skills(arms: Mapping[str, Arm], known: Iterable[str], source: str = "p
     """Every session names a skill of its arm's set (the family's, or a comparator arm's own, given in
     `comparators` by arm name once read; unread, it is not checked yet), `auto` or `none`, and no skill takes
     either of those names; plus check_shapes (BadInput naming the params key)."""
-    sets = {name: set(known) for name in arms}
+    sets: dict[str, set[str] | None] = {name: set(known) for name in arms}
     for name, arm in arms.items():
         if arm.is_comparator:
             sets[name] = set((comparators or {}).get(name, ())) if name in (comparators or {}) else None

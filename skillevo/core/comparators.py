@@ -54,7 +54,7 @@ def read(comparator: Comparator, base: Path, frontmatter_keys: frozenset[str] = 
                            "(rule: a comparator path is a plain relative directory)") from None
     tree = comparator.commit if comparator.path == "." else f"{comparator.commit}:{comparator.path}"
     listed = _git(repo, ["ls-tree", "-r", "-l", "-z", tree], what).split(b"\0")
-    entries = []
+    entries: list[tuple[str, str, int, bool]] = []  # (path, blob id, size, executable)
     total = 0
     for line in filter(None, listed):
         head, _, name = line.partition(b"\t")

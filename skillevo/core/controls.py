@@ -171,7 +171,7 @@ def _check_reruns(bench: Mapping[str, Any], blocks: Mapping[Block, Sequence[Mapp
             raise BadInput(f"{name}: its rows disagree on the block they replace ({sorted(map(str, replaces))}) "
                            f"{RULE}")
         (target,) = replaces
-        if run <= bench["runs"] or not 1 <= target < run:
+        if not isinstance(target, int) or run <= bench["runs"] or not 1 <= target < run:
             raise BadInput(f"{name}: replaces run {target}, but a re-run block is numbered past the side's "
                            f"{bench['runs']} scheduled runs and after the block it replaces {RULE}")
         if not any(blind(row) for row in blocks.get((task, target), ())):

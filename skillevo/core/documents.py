@@ -36,12 +36,12 @@ class _CappedLoader(yaml.SafeLoader):
         if self.check_event(yaml.AliasEvent):
             self._aliases += 1
             if self._aliases > MAX_ALIASES:
-                mark = self.peek_event().start_mark
+                mark = self.peek_event().start_mark  # type: ignore[no-untyped-call]  # PyYAML's stubs
                 raise yaml.YAMLError(f"line {mark.line + 1}: more than {MAX_ALIASES} aliases (rule: alias cap)")
         self._depth += 1
         try:
             if self._depth > MAX_DEPTH:
-                mark = self.peek_event().start_mark
+                mark = self.peek_event().start_mark  # type: ignore[no-untyped-call]  # PyYAML's stubs
                 raise yaml.YAMLError(f"line {mark.line + 1}: nested deeper than {MAX_DEPTH} (rule: nesting cap)")
             return super().compose_node(parent, index)
         finally:

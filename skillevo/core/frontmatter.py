@@ -14,7 +14,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal, overload
 
 from skillevo.core import documents
 from skillevo.core.errors import BadInput
@@ -70,6 +70,10 @@ def parse(text: str, where: str) -> Header:
     return Header(fields, raw)
 
 
+@overload
+def _text(fields: Mapping[str, Any], key: str, where: str, limit: int, *, required: Literal[True]) -> str: ...
+@overload
+def _text(fields: Mapping[str, Any], key: str, where: str, limit: int, *, required: Literal[False]) -> str | None: ...
 def _text(fields: Mapping[str, Any], key: str, where: str, limit: int, *, required: bool) -> str | None:
     value = fields.get(key)
     if value is None and not required:
@@ -78,8 +82,8 @@ def _text(fields: Mapping[str, Any], key: str, where: str, limit: int, *, requir
         raise _refuse(where, f"`{key}` must be a non-empty string (rule: frontmatter {key})")
     if len(value) > limit:
         raise _refuse(where, f"`{key}` is {len(value)} characters, over {limit} (rule: frontmatter {key} length)")
-    if TAG.search(value):
-        raise _refuse(where, f"`{key}` contains markup ({TAG.search(value).group(0)!r}); it reaches the model as "
+    if tag := TAG.search(value):
+        raise _refuse(where, f"`{key}` contains markup ({tag.group(0)!r}); it reaches the model as "
                              f"plain text (rule: frontmatter {key} has no XML/HTML tags)")
     return value
 

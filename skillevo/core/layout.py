@@ -107,7 +107,7 @@ def tree_digest(files: Mapping[str, bytes], executables: Collection[str] = ()) -
     return framed_digest((f"{mode_of(rel, executables)} {rel}", data) for rel, data in files.items())
 
 
-def skill_names_in(files: dict[str, bytes]) -> list[str]:
+def skill_names_in(files: Mapping[str, bytes]) -> list[str]:
     return sorted(rel.split("/")[0] for rel in files if rel.count("/") == 1 and rel.endswith("/" + SKILL_FILE))
 
 

@@ -230,7 +230,9 @@ def transcript_totals(row: Mapping[str, Any], directory: Path,
         costs.append(models.session_cost(result, tuple(prices) if prices is not None else None))
     ran = len(row["phases"]["sessions_s"])
     totals["duration_s"] = duration
-    totals["cost_usd"] = None if len(costs) < ran or not costs or None in costs else round(sum(costs), 6)
+    measured = [c for c in costs if c is not None]
+    totals["cost_usd"] = None if len(measured) < ran or len(measured) < len(costs) or not costs \
+        else round(sum(measured), 6)
     return totals
 
 
@@ -368,9 +370,10 @@ def median(values: Sequence[float | None]) -> float | None:
 
     Always a float, so the same runs in any order give the same bytes in promotion.json.
     """
-    if not values or any(v is None for v in values):
+    measured = [v for v in values if v is not None]
+    if not values or len(measured) < len(values):
         return None
-    return float(statistics.median(values))
+    return float(statistics.median(measured))
 
 
 def side_totals(rows: Iterable[Mapping[str, Any]]) -> dict[str, float | int]:

@@ -122,7 +122,8 @@ def _look_arm(incumbent_rows: list[Mapping[str, Any]], candidate_rows: list[Mapp
             return (CONTINUE if last else FUTILITY), (f"{task}: {seq.metric} is unmeasured in a valid run, and the "
                                                        "gate never promotes on it")
         strata.append((runs[0], runs[1]))
-        counts.append(tuple((sum(1 for row in cell if row["resolved"]), len(cell)) for cell in cells))
+        incumbent_counts, candidate_counts = ((sum(1 for row in cell if row["resolved"]), len(cell)) for cell in cells)
+        counts.append((incumbent_counts, candidate_counts))
         blocks.append(_by_run([row for row in incumbent_rows if row["task"] == task and row["arm"] == incumbent],
                               [row for row in candidate_rows if row["task"] == task and row["arm"] == candidate],
                               seq.metric))

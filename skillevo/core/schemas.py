@@ -35,7 +35,7 @@ def _file(name: str) -> str:
 @functools.cache
 def load_schema(name: str) -> dict[str, Any]:
     """`schemas/<name>.schema.json` (or `schemas/<name>` when it ends in .json), checked against 2020-12 once."""
-    schema = json.loads((SCHEMA_DIR / _file(name)).read_text(encoding="utf-8"))
+    schema: dict[str, Any] = json.loads((SCHEMA_DIR / _file(name)).read_text(encoding="utf-8"))
     jsonschema.Draft202012Validator.check_schema(schema)
     if schema.get("$id") != BASE_URI + _file(name):
         raise RuntimeError(f"schemas/{_file(name)}: $id must be {BASE_URI + _file(name)}")
@@ -66,7 +66,8 @@ _MISSING = object()
 def _resolve(node: dict[str, Any], root: dict[str, Any]) -> dict[str, Any]:
     ref = node.get("$ref")
     if isinstance(ref, str) and ref.startswith("#/$defs/"):
-        return root["$defs"][ref.removeprefix("#/$defs/")]
+        found: dict[str, Any] = root["$defs"][ref.removeprefix("#/$defs/")]
+        return found
     return node
 
 
@@ -124,7 +125,7 @@ def _allowed_values(error: jsonschema.ValidationError) -> list[Any] | None:
     """The literal values an anyOf/oneOf of enums, consts and `type: null` allows; None if it is more than that."""
     values: list[Any] = []
     for sub in error.context or ():
-        if sub.validator == "enum":
+        if sub.validator == "enum" and isinstance(sub.validator_value, list):  # a checked schema's enum is a list
             values += sub.validator_value
         elif sub.validator == "const":
             values.append(sub.validator_value)

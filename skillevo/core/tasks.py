@@ -113,7 +113,7 @@ def _inside(path: Path, root: Path) -> bool:
     return path == root or root in path.parents
 
 
-def _resolve_target(raw: dict, base: Path, roots: tuple[Path, ...], source: Path) -> tuple[Path, str, str]:
+def _resolve_target(raw: dict[str, Any], base: Path, roots: tuple[Path, ...], source: Path) -> tuple[Path, str, str]:
     tid = raw["id"]
     target = (base / raw["target"]).absolute()
     real = Path(os.path.realpath(target))
@@ -140,7 +140,7 @@ def _resolve_target(raw: dict, base: Path, roots: tuple[Path, ...], source: Path
         raise _fail(tid, "target", f"refused: {e}", source) from None
 
 
-def _solution(raw: dict, target: Path, kind: str, tasks_dir: Path, source: Path) -> Solution | None:
+def _solution(raw: dict[str, Any], target: Path, kind: str, tasks_dir: Path, source: Path) -> Solution | None:
     tid, sol = raw["id"], raw.get("solution")
     if sol is None:
         return None
@@ -171,7 +171,7 @@ def _hidden(target: Path, tasks_dir: Path) -> tuple[str, ...]:
     return (folder.relative_to(target).as_posix(),)
 
 
-def _oracle_files(raw: dict, oracle_root: Path, source: Path) -> tuple[tuple[str, bytes], ...]:
+def _oracle_files(raw: dict[str, Any], oracle_root: Path, source: Path) -> tuple[tuple[str, bytes], ...]:
     tid, files = raw["id"], raw["oracle"]["files"]
     for key in ("source", "target"):
         names = [f[key] for f in files]

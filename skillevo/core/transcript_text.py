@@ -39,8 +39,10 @@ def lines(events_: list[dict[str, Any]], width: int | None = WIDTH) -> Iterator[
     """One line per step of the session."""
     for event in events_:
         kind = event.get("type")
-        message = event.get("message") if isinstance(event.get("message"), dict) else {}
-        blocks = message.get("content") if isinstance(message.get("content"), list) else []
+        message = event.get("message")
+        content = message.get("content") if isinstance(message, dict) else None
+        # a transcript is the agent's output: a block that is not an object is skipped, never a crash
+        blocks = [b for b in content if isinstance(b, dict)] if isinstance(content, list) else []
         if kind == "system" and event.get("subtype") == "init":
             yield f"session {event.get('session_id', '?')}: model {event.get('model', '?')}, CLI " \
                   f"{event.get('claude_code_version', '?')}, tools {', '.join(event.get('tools') or [])}"

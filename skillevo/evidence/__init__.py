@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 from skillevo.core import safefs
 from skillevo.core import tasks as tasks_mod
@@ -87,7 +88,8 @@ def make_bundle(*, params: Params, previous: str | Path | None, seed: str | Path
         inputs = load_previous(previous, incumbent)
     _hold_back(inputs, split)
     _drop_baselines(inputs, params)
-    items, digest = ([], None)
+    items: list[dict[str, Any]] = []
+    digest: str | None = None
     if learnings is not None:
         items, digest = load_learnings(learnings, skills, params.evidence.max_learnings)
     return build_bundle(inputs, guard=guard, limits=params.evidence, skills=skills, learnings=items,

@@ -130,6 +130,7 @@ class _Builder:
                                                   f"{lim.max_file_bytes}: {omitted} bytes omitted")
 
         # Redact the whole tail before cutting it: a cut could leave half a key no pattern recognises.
+        tail: str | None  # None: withheld
         tail = redact_text(row["verify_tail"], self.secrets)
         tail = tail[-lim.verify_tail_chars:] if lim.verify_tail_chars else ""
         reason = self.guard.check_text(tail)
@@ -311,7 +312,7 @@ def _guarded_list(b: _Builder, name: str, entries: Iterable[tuple[str, Any]], *,
 def _rejected(b: _Builder, inputs: Inputs) -> tuple[list[tuple[str, Any]], dict[str, int]]:
     """Rejected candidates of this generation's incumbent, newest first: generation, diff, verdict per arm."""
     counts = {"considered": len(inputs.rejected), "other_incumbent": 0, "over_cap": 0, "dropped": 0, "selected": 0}
-    shown = []
+    shown: list[tuple[str, Any]] = []
     cut = max(b.limits.max_file_bytes // 4, 1)
     for candidate in inputs.rejected:
         label = f"rejected candidate of generation {candidate['generation']}"

@@ -57,7 +57,7 @@ class PromotionRefused(BadInput):
 
 def load_freeze(path: Path) -> dict[str, Any]:
     """The freeze manifest, checked against its schema and the arm naming rule before anything is decided on it."""
-    manifest = validate(documents.load_json(path, what="freeze manifest"), "freeze-manifest", path)
+    manifest: dict[str, Any] = validate(documents.load_json(path, what="freeze manifest"), "freeze-manifest", path)
     for i, arm in enumerate(manifest["required_candidate_arms"]):
         try:
             incumbent_arm_of(arm)

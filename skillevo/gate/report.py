@@ -254,8 +254,9 @@ def task_table(decision: Mapping[str, Any]) -> list[tuple[str, ...]]:
     """The per-task estimates as text cells, header first: report.md's table and the page's (skillevo.gate.page)."""
     metric, estimate = decision["metric"], decision["estimate"]
     interval = f"{100 * estimate['confidence']:g}% interval" if estimate else "interval"
-    table = [("task", "control resolved", "candidate resolved", f"control {metric} per run (mean)",
-              f"candidate {metric} per run (mean)", "improvement per resolved task", interval)]
+    header = ("task", "control resolved", "candidate resolved", f"control {metric} per run (mean)",
+              f"candidate {metric} per run (mean)", "improvement per resolved task", interval)
+    table: list[tuple[str, ...]] = [header]
     for row in decision["tasks"]:
         inc, cand = row["incumbent"], row["candidate"]
         span = "–" if row["interval_pct"] is None else " to ".join(bound_text(v) for v in row["interval_pct"])

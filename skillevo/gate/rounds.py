@@ -7,7 +7,7 @@ lost to a harness fault (an excluded row): skillevo.stats.betting counts it at i
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from skillevo.gate.verdict import Pair
@@ -28,6 +28,10 @@ def blocks(pairs: Sequence[Pair], metric: str) -> list[list[tuple[betting.Run, b
             for r in range(1, total + 1)]
 
 
+def _runs(agg: Mapping[str, Any], metric: str) -> list[tuple[float, bool]]:
+    return [(s[metric], s["resolved"]) for s in agg["samples"]]
+
+
 def wealth(pairs: Sequence[Pair], metric: str, design: betting.Design | None, margin: float
            ) -> tuple[betting.Wealth, betting.Wealth, betting.Design] | None:
     """The test's wealth over the pairs' rounds under `design` (or the controls' own), the resolution guard's
@@ -35,8 +39,8 @@ def wealth(pairs: Sequence[Pair], metric: str, design: betting.Design | None, ma
     (the gate never reads it as free)."""
     if any(s[metric] is None for p in pairs for agg in (p.incumbent, p.candidate) for s in agg["samples"]):
         return None
-    used = design or betting.own_design({p.task: tuple([(s[metric], s["resolved"]) for s in agg["samples"]]
-                                                       for agg in (p.incumbent, p.candidate)) for p in pairs})
+    used = design or betting.own_design({p.task: (_runs(p.incumbent, metric), _runs(p.candidate, metric))
+                                         for p in pairs})
     if list(used.tasks) != [p.task for p in pairs]:
         raise ValueError(f"the design covers tasks {list(used.tasks)}, the decision {[p.task for p in pairs]}")
     found = blocks(pairs, metric)

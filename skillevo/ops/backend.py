@@ -16,12 +16,12 @@ from pathlib import Path
 from skillevo.core import config, layout, params_edit
 from skillevo.core.errors import BadInput
 
-OFFLINE = {
+OFFLINE: dict[str, dict[str, str | None]] = {
     "simulator": {"backend": "simulator", "name": "claude-sonnet-4-6", "upstream": None},
     "openai": {"backend": "openai", "name": "gpt-5-mini", "upstream": "simulator"},
     "litellm": {"backend": "litellm", "name": "gpt-5-mini", "upstream": "simulator"},
 }
-RESET = {"base_url": None, "provider_model": None, "key_env": None, "prices": None}
+RESET: dict[str, str | None] = {"base_url": None, "provider_model": None, "key_env": None, "prices": None}
 
 
 def switch(choice: str, params: Path = layout.PARAMS) -> str:

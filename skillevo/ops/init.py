@@ -259,11 +259,11 @@ def _write_all(files: dict[Path, bytes], gitignore: Path, dvcignore: Path, root:
     except BaseException:
         for path in written:
             path.unlink(missing_ok=True)
-        for path, data in before.items():
-            if data is None:
+        for path, saved in before.items():
+            if saved is None:
                 path.unlink(missing_ok=True)
             else:
-                safefs.write_atomic(path, data)
+                safefs.write_atomic(path, saved)
         if dvc_made and (root / ".dvc").is_dir() and not (root / ".dvc").is_symlink():
             safefs.remove_tree(root / ".dvc")
         raise

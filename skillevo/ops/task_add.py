@@ -135,8 +135,8 @@ def from_commit(tasks_file: Path, fix: str, *, task_id: str | None = None, verif
         tasks.load(tasks_file, target_roots=[repo])  # the one loader: what is kept, the bench will read
     except BaseException:
         safefs.write_atomic(tasks_file, original)
-        for path in written:
-            path.unlink(missing_ok=True)
+        for done in written:
+            done.unlink(missing_ok=True)
         if oracle_dir.is_dir() and not any(oracle_dir.iterdir()):
             oracle_dir.rmdir()
         raise

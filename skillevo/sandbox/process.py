@@ -93,6 +93,7 @@ def run(argv: list[str], *, stdin: bytes = b"", timeout_s: float, max_stdout: in
     err = _Capture(proc.stderr, tail=stderr_tail)
     out.start()
     err.start()
+    assert proc.stdin is not None  # stdin=PIPE
     try:
         proc.stdin.write(stdin)
         proc.stdin.close()

@@ -84,7 +84,7 @@ class _Meter:
             if line.startswith(b"data:") and len(line) <= MAX_LINE:
                 self._event(line[5:])
 
-    def _event(self, data: bytes) -> None:
+    def _event(self, data: bytes | bytearray) -> None:
         try:
             event = json.loads(data)
         except ValueError:

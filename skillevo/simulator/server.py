@@ -153,7 +153,7 @@ def _message(body: dict[str, Any], raw_len: int, reply: Reply, usage: dict[str, 
         name, tool_input = reply.tool
         tool_id = "toolu_sim_" + hashlib.sha256(
             json.dumps([raw_len, name, tool_input], sort_keys=True).encode()).hexdigest()[:20]
-        content = [{"type": "text", "text": reply.text}] if reply.text else []
+        content: list[dict[str, Any]] = [{"type": "text", "text": reply.text}] if reply.text else []
         content.append({"type": "tool_use", "id": tool_id, "name": name, "input": tool_input})
         stop = "tool_use"
     else:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from typing import Any
 
 from skillevo.bench import harness
 from skillevo.core import documents, layout, safefs, stage
@@ -45,14 +46,19 @@ def _servers(path: Path) -> dict[str, str]:
 
     params = guard(config.load(path), PARAMS, "identity")
     frozen, _ = mcpservers.freeze(params.arms, path.parent, str(path))
-    return {f"{name}.{server.name}": server.digest for name, arm in frozen.items() for server in arm.mcp}
+    digests = {}
+    for name, arm in frozen.items():
+        for server in arm.mcp:
+            assert server.digest is not None  # freeze filled it in
+            digests[f"{name}.{server.name}"] = server.digest
+    return digests
 
 
 def run(args: argparse.Namespace) -> str:
     names = harness.stage_names()
     servers = _servers(args.params) if args.params is not None else {}
     for name in names:
-        identity = harness.stage_identity(name)
+        identity: dict[str, Any] = harness.stage_identity(name)  # the bench's gets its servers too
         if name == "bench" and servers:
             identity["mcp_servers"] = servers
         safefs.write_atomic(args.out / f"{name}.json", documents.dump_json(identity))

@@ -4,7 +4,9 @@ one-sided p-values, overall and per task, in the form promotion.json binds."""
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 TaskEstimate = tuple[float, tuple[float, float]] | None  # (improvement_pct, interval_pct); None: undefined there
 
@@ -26,7 +28,7 @@ class Estimate:
     per_resolved: tuple[float, float] | None = None  # (incumbent, candidate): metric per resolved task
     resamples: int | None = None  # the bootstrap's
 
-    def to_dict(self, alpha: float) -> dict[str, object]:
+    def to_dict(self, alpha: float) -> dict[str, Any]:
         return {
             "estimand": self.estimand,
             "method": self.method,
@@ -43,13 +45,13 @@ class Estimate:
         }
 
 
-def improvement_text(estimate: dict[str, object]) -> str:
+def improvement_text(estimate: Mapping[str, Any]) -> str:
     """An improvement as every line prints it: from promotion.json's rounded figure (to_dict), never the raw one,
     so a stage's line, the report and the status show the same digits."""
     return f"{estimate['improvement_pct']:.1f}%"
 
 
-def p_text(estimate: dict[str, object]) -> str:
+def p_text(estimate: Mapping[str, Any]) -> str:
     """`p=...` as a reader should take it: a bootstrap's smallest p-value, 1 / (resamples + 1), means that no
     resample was as extreme, so the p-value is at most that."""
     p, resamples = estimate["p_value"], estimate.get("resamples")

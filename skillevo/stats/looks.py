@@ -71,7 +71,8 @@ def _boundaries(fractions: Sequence[float], increments: Sequence[float]) -> list
     from scipy import optimize
     from scipy import stats as sps
     bounds: list[float] = []
-    grid = weights = density = None
+    grid: np.ndarray | None = None  # None before the first look; weights and density are grid's
+    weights = density = np.empty(0)
     previous = 0.0
     for t, target in zip(fractions, increments, strict=True):
         step = t - previous

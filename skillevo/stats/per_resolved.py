@@ -31,7 +31,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from skillevo.stats.estimate import Estimate, pct
+from skillevo.stats.estimate import Estimate, TaskEstimate, pct
 
 Run = tuple[float, bool]  # (metric, resolved)
 Stratum = tuple[Sequence[Run], Sequence[Run]]  # (incumbent runs, candidate runs) of one task
@@ -86,14 +86,15 @@ def per_resolved(strata: Sequence[Stratum], alpha: float) -> Estimate | None:
     cells = [_cells(arm) for arm in arms]
     log_theta, se = (float(x[0]) for x in _overall(cells))
     task_theta, task_se = _per_task(cells)
-    levels = tuple(float(c.mean.sum() / c.rate.sum()) for c in cells)
+    incumbent_level, candidate_level = (float(c.mean.sum() / c.rate.sum()) for c in cells)
+    levels = (incumbent_level, candidate_level)
     defined = [bool(np.all(np.isfinite(task_theta[:, t]))) for t in range(len(strata))]
     if se <= 0:  # identical runs within every cell: the ratio is known exactly
         p, p_worse = (0.0, 1.0) if log_theta < 0 else (1.0, 0.0) if log_theta > 0 else (1.0, 1.0)
-        per_task = tuple((pct(float(x)), (pct(float(x)), pct(float(x)))) if ok else None
-                         for x, ok in zip(task_theta[0], defined, strict=True))
+        exact = tuple((pct(float(x)), (pct(float(x)), pct(float(x)))) if ok else None
+                      for x, ok in zip(task_theta[0], defined, strict=True))
         return Estimate("per_resolved", pct(log_theta), (pct(log_theta), pct(log_theta)), math.exp(log_theta), p,
-                        p_worse, per_task, "bootstrap-t", per_resolved=levels, resamples=0)  # type: ignore[arg-type]
+                        p_worse, exact, "bootstrap-t", per_resolved=levels, resamples=0)
     boot = [_cells(_resample(arm, _rng(strata, a))) for a, arm in enumerate(arms)]
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         star_theta, star_se = _overall(boot)
@@ -103,7 +104,7 @@ def per_resolved(strata: Sequence[Stratum], alpha: float) -> Estimate | None:
     p = float((1 + np.count_nonzero(t_star <= t)) / (RESAMPLES + 1))
     p_worse = float((1 + np.count_nonzero(t_star >= t)) / (RESAMPLES + 1))
     interval = _interval(log_theta, se, t_star, alpha)
-    per_task = []
+    per_task: list[TaskEstimate] = []
     for k, ok in enumerate(defined):
         x, x_se = float(task_theta[0, k]), float(task_se[0, k])
         if not ok:
@@ -115,7 +116,7 @@ def per_resolved(strata: Sequence[Stratum], alpha: float) -> Estimate | None:
                 task_t = _studentise(star_task[:, k] - x, star_task_se[:, k])
             per_task.append((pct(x), _interval(x, x_se, task_t, alpha)))
     return Estimate("per_resolved", pct(log_theta), interval, math.exp(log_theta), p, p_worse, tuple(per_task),
-                    "bootstrap-t", per_resolved=levels, resamples=RESAMPLES)  # type: ignore[arg-type]
+                    "bootstrap-t", per_resolved=levels, resamples=RESAMPLES)
 
 
 def _arm(cells: Sequence[Sequence[Run]]) -> _Arm:
@@ -144,12 +145,14 @@ def _cells(arm: _Arm) -> _Cells:
 def _contribution(c: _Cells, m: np.ndarray, p: np.ndarray) -> np.ndarray:
     """Each cell's variance contribution to log(M / P): a run's influence is cost / M - resolved / P."""
     influence = c.var_c / (m * m) + c.var_y / (p * p) - 2 * c.cov / (m * p)
-    return np.maximum(influence, 0.0) / c.sizes
+    contribution: np.ndarray = np.maximum(influence, 0.0) / c.sizes
+    return contribution
 
 
 def _overall(cells: Sequence[_Cells]) -> tuple[np.ndarray, np.ndarray]:
     """log theta and its delta-method standard error, per copy."""
-    logs, variance = [], 0.0
+    logs: list[np.ndarray] = []
+    variance: np.ndarray | float = 0.0
     for c in cells:
         m = np.maximum(c.mean.sum(axis=1, keepdims=True), _TINY)
         p = np.maximum(c.rate.sum(axis=1, keepdims=True), _TINY)
@@ -161,7 +164,8 @@ def _overall(cells: Sequence[_Cells]) -> tuple[np.ndarray, np.ndarray]:
 def _per_task(cells: Sequence[_Cells]) -> tuple[np.ndarray, np.ndarray]:
     """Each task's own log ratio of metric per resolved run and its standard error, per copy (B, T); infinite or
     undefined where an arm resolved or spent nothing on the task."""
-    logs, variance = [], 0.0
+    logs: list[np.ndarray] = []
+    variance: np.ndarray | float = 0.0
     with np.errstate(divide="ignore", invalid="ignore"):
         for c in cells:
             m, p = np.where(c.mean > 0, c.mean, np.nan), np.where(c.rate > 0, c.rate, np.nan)

@@ -45,4 +45,5 @@ def runs_for_saving(variance: float, saving_pct: float, alpha: float, power: flo
     if not 0 < saving_pct < 100:
         return None
     effect = -math.log(1 - saving_pct / 100)
-    return max(2, math.ceil(2 * variance * ((sps.norm.isf(alpha) + sps.norm.ppf(power)) / effect) ** 2))
+    z = float(sps.norm.isf(alpha) + sps.norm.ppf(power))
+    return max(2, math.ceil(2 * variance * (z / effect) ** 2))

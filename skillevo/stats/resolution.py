@@ -54,12 +54,12 @@ def quality(strata: Sequence[tuple[Counts, Counts]], alpha: float) -> Quality:
             continue
         excess += rc - nc * resolved / total
         variance += nc * ni * resolved * (total - resolved) / (total * total * (total - 1))
+    decrease: float | None = None
+    increase: float | None = None
     if variance > 0:
         sd = math.sqrt(variance)
         decrease = float(sps.norm.cdf((excess + 0.5) / sd))
         increase = float(sps.norm.sf((excess - 0.5) / sd))
-    else:
-        decrease = increase = None
     return Quality((r_inc, n_inc), (r_cand, n_cand), 100 * drop, 100 * min(upper, 1.0), decrease, increase)
 
 
