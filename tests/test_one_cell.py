@@ -41,6 +41,14 @@ def test_a_transcript_reads_as_one_line_per_step():
     assert list(transcript_view.lines(EVENTS, None))[3] == "  <- " + "x" * 1000  # --full
 
 
+def test_a_malformed_step_is_skipped_never_a_crash():
+    """A transcript is the agent's output: content that is not a list of objects reads as nothing, for `show` and
+    the gate's page alike (found by mypy: a string inside content raised AttributeError)."""
+    hostile = [{"type": "assistant", "message": {"content": ["a string", 7, None, {"type": "text", "text": "ok"}]}},
+               {"type": "user", "message": "not an object"}, {"type": "user", "message": {"content": "text"}}]
+    assert list(transcript_view.lines(hostile)) == ["assistant: ok"]
+
+
 def test_show_reads_only_below_the_directory_a_row_names(tmp_path):
     (tmp_path / "transcripts").mkdir()
     (tmp_path / "transcripts/a.jsonl").write_text("".join(json.dumps(e) + "\n" for e in EVENTS))
