@@ -8,6 +8,7 @@ import subprocess
 import pytest
 
 from skillevo.bench.checks import (
+    HOW,
     NO_REPORT,
     PYBOOT,
     Oracle,
@@ -51,6 +52,20 @@ def test_the_report_decides(data, outcome):
 
 def test_only_constant_words_leave_the_oracle():
     assert {Oracle(o).detail for o in ("passed", "failed", "error")} == {"", "the hidden oracle failed", NO_REPORT}
+
+
+@pytest.mark.parametrize("data, how", [
+    (report(PASS_HELLO), "a bound test missing"),
+    (report(PASS_HELLO, PASS_TYPE, '<testcase classname="conftest" name="test_forged"/>'), "a test that is not bound"),
+    (b"not xml at all", "unreadable report"),
+])
+def test_an_error_says_how_it_happened_in_one_word_of_a_fixed_list_for_the_operator(data, how):
+    """The operator's log tells a harness fault from the agent's doing (the bench prints `how`); the row and the
+    evidence keep the one constant sentence, and no free text can become a `how`."""
+    found = read_report(data, BOUND)
+    assert (found.outcome, found.how, found.detail) == ("error", how, NO_REPORT) and how in HOW
+    with pytest.raises(ValueError, match="one of HOW's words"):
+        Oracle("error", how="the oracle's first line: def test_hello(): assert greet() == 'hello'")
 
 
 def test_the_check_environment_hardens_the_interpreter():

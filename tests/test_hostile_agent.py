@@ -11,6 +11,7 @@ from __future__ import annotations
 import gzip
 import json
 import os
+import re
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -20,6 +21,7 @@ import pytest
 import yaml
 
 from skillevo.bench import cellstore, plan, run_side
+from skillevo.bench.checks import NO_REPORT
 from skillevo.core import config
 from skillevo.core.results import load_side
 from skillevo.evidence import make_bundle
@@ -231,6 +233,10 @@ def test_no_spoof_is_resolved(bench):
         assert (row["verify_passed"], row["oracle_passed"], row["resolved"]) == (False, False, False), \
             (name, row["error_kind"], row["error_detail"])
     assert rows["exit0"]["error_kind"] == "oracle-error"  # exit 0 before a report: not a pass
+    # the operator's log says how (a harness fault would read otherwise); the row keeps the constant sentence
+    assert re.search(r"bench: note: cell \S*exit0\S*: the hidden oracle ended in an error \(no report, as the "
+                     r"harness saw it\)", bench.stage.stderr), bench.stage.stderr[-3000:]
+    assert rows["exit0"]["error_detail"] == NO_REPORT
 
 
 def test_tricks_under_a_correct_solution_change_nothing(bench):

@@ -89,6 +89,11 @@ NO_REPORT = "the hidden oracle produced no usable report (a test did not run, a 
             "the report, a timeout, or interference)"
 
 
+# how an oracle phase can end in an error, as the harness sees it (Oracle.how)
+HOW = frozenset({"timeout", "limit", "cancelled", "spawn-failure", "no report", "unreadable report",
+                 "a test that is not bound", "a bound test missing", "passed but exited nonzero"})
+
+
 @dataclass(frozen=True)
 class Oracle:
     """The only thing that leaves the oracle phase: one of three outcomes, each with one constant sentence
@@ -97,6 +102,12 @@ class Oracle:
     outcome: str  # passed | failed | error
     failing: frozenset[str] = frozenset()  # the bound tests that did not pass (a usable report only): for the task
     # checks' flake detection, never in a row (their names are the task's, their outcomes are the reference's)
+    how: str = ""  # an error as the harness saw it, one of HOW's words: for the operator's log, never a row or the
+    # evidence (the code under test chooses it, so it may carry a few bits; only the operator reads it)
+
+    def __post_init__(self) -> None:
+        if self.how and self.how not in HOW:
+            raise ValueError(f"an oracle error's `how` is one of HOW's words, not {self.how!r}")
 
     @property
     def detail(self) -> str:
@@ -108,18 +119,18 @@ def read_report(data: bytes, bound: list[str]) -> Oracle:
     try:
         root = ElementTree.fromstring(data)
     except (ElementTree.ParseError, DefusedXmlException, ValueError):
-        return Oracle("error")
+        return Oracle("error", how="unreadable report")
     seen: set[str] = set()
     failing: set[str] = set()
     for case in root.iter("testcase"):
         test = f"{case.get('classname', '')}::{_PARAMS.sub('', case.get('name', ''))}"
         if test not in bound:
-            return Oracle("error")  # a collection error, or a test that is not the oracle's
+            return Oracle("error", how="a test that is not bound")  # a collection error, or not the oracle's
         seen.add(test)
         if any(child.tag in ("failure", "error", "skipped") for child in case):
             failing.add(test)
     if set(bound) - seen:
-        return Oracle("error")  # a bound test did not run
+        return Oracle("error", how="a bound test missing")
     return Oracle("failed", frozenset(failing)) if failing else Oracle("passed")
 
 
@@ -143,12 +154,13 @@ def oracle(command: str, files: tuple[tuple[str, bytes], ...], bound: list[str],
         if (staged / target).read_bytes() != data:
             raise RuntimeError(f"staged oracle file {target} changed while the oracle ran")
     if finished.state != "exited":
-        return Oracle("error")  # a timeout, a limit, a cancel
+        return Oracle("error", how=finished.state)  # a timeout, a limit, a cancel (which limit: its number is
+        # the code's doing, so only the state is kept)
     try:
         data = safefs.read_file(report / REPORT, max_bytes=MAX_REPORT_BYTES, what="oracle report")
     except BadInput:
-        return Oracle("error")
+        return Oracle("error", how="no report")
     outcome = read_report(data, bound)
     if outcome.outcome == "passed" and finished.returncode != 0:
-        return Oracle("error")
+        return Oracle("error", how="passed but exited nonzero")
     return outcome
