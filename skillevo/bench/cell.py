@@ -229,7 +229,8 @@ def _sessions(spec: CellSpec, ws: Path, row: dict, artifacts: dict, credential: 
     finally:
         row["ok"] = row["error_kind"] is None
         ran = len(row["phases"]["sessions_s"])
-        row["cost_usd"] = None if not costs or len(costs) < ran or None in costs else round(sum(costs), 6)
+        row["cost_usd"] = None if not costs or len(costs) < ran or None in costs else round(
+            sum(c for c in costs if c is not None), 6)
         if spec.budget_usd is not None and row["cost_usd"] is not None and row["cost_usd"] >= spec.budget_usd:
             _fail(row, "cost-cap", f"the run cost ${row['cost_usd']}, at or over its cap ${spec.budget_usd}")
             row["ok"] = False
@@ -258,6 +259,9 @@ def _checks(spec: CellSpec, ws: Path, private: Path, row: dict, cancel: threadin
         _fail(row, "verify-failed", f"verify exited {verify.returncode} ({verify.state})")
     if oracle.outcome != "passed":
         _fail(row, "oracle-failed" if oracle.outcome == "failed" else "oracle-error", oracle.detail)
+    if oracle.outcome == "error":  # the operator's log, never the row: a harness fault is told apart here
+        print(f"bench: note: cell {spec.name}: the hidden oracle ended in an error ({oracle.how}, as the harness "
+              "saw it)", file=sys.stderr)
 
 
 def describe(e: BaseException) -> str:
@@ -307,7 +311,8 @@ def run_cell(spec: CellSpec, *, credential: Credential | None = None,
     names, depth, modes, kinds) may be what failed, so it is a measured `workspace-error` at the cost run
     up so far, unless the environment itself is broken (a missing tool). Removing the cell's directory comes after
     the row is measured and never changes it."""
-    row, artifacts = _base_row(spec), {}
+    row = _base_row(spec)
+    artifacts: dict[str, bytes] = {}
     start, unrecorded = time.monotonic(), {"oracle_s": 0.0}
     try:
         cell_dir = Path(tempfile.mkdtemp(prefix=f"{spec.name}-", dir=spec.scratch))
