@@ -143,11 +143,12 @@ def _not_rejected(overlay_dir: Path, files: dict[str, bytes], executables: set[s
 
 
 def freeze(overlay_dir: Path, *, params: Params, tasks_file: Path, repo: Path, out: Path,
-           session: Path | None, rejected: Path | None = None) -> dict[str, Any]:
+           session: Path | None, rejected: Path | None = None, predicted: float | None = None) -> dict[str, Any]:
     """Validate `overlay_dir`, write `<out>/overlay` (0444/0555) and `<out>/manifest.json`; return the manifest.
 
     `session` is the proposer's session record (for its model); None for a hand-written candidate. `rejected` is
-    the generations' memory (previous/memory/rejected.json); a missing file means none yet.
+    the generations' memory (previous/memory/rejected.json); a missing file means none yet. `predicted` is the
+    proposal's predicted improvement (skillevo.core.prediction), bound here for the gate to score.
     """
     limits = overlay.Limits.from_params(params)
     executables: set[str] = set()
@@ -188,6 +189,7 @@ def freeze(overlay_dir: Path, *, params: Params, tasks_file: Path, repo: Path, o
         "changed_lines": checked.changed_lines,
         "frontmatter_changes": checked.frontmatter_changes,
         "script_changes": checked.script_changes,
+        **({"prediction_pct": predicted} if predicted is not None else {}),
     }
     _write(out, manifest, files, executables, limits)
     return manifest

@@ -13,7 +13,7 @@ from typing import Any
 
 from skillevo import backends
 from skillevo.agent import SessionSpec, run_session
-from skillevo.core import documents, frontmatter, layout, overlay, safefs
+from skillevo.core import documents, frontmatter, layout, overlay, prediction, safefs
 from skillevo.core.errors import BadInput
 from skillevo.core.models import Credential, Model
 from skillevo.core.oracle_guard import OracleGuard
@@ -87,6 +87,13 @@ def declined(proposal_dir: Path) -> str | None:
         return None
     paragraphs = [" ".join(part.split()) for part in body.removeprefix(overlay.NO_PROPOSAL).split("\n\n")]
     return next((part for part in paragraphs if part), "no reason given")[:1000]  # its first paragraph
+
+
+def predicted(proposal_dir: Path) -> float | None:
+    """The improvement the exported proposal.md predicts (skillevo.core.prediction), None without one; a malformed
+    prediction is refused, naming the file."""
+    text = proposal_dir / "proposal.md"
+    return prediction.parse(safefs.read_text(text, max_bytes=MAX_PROPOSAL_BYTES, what=str(text)), str(text))
 
 
 def run(*, prompt: str, skills_dir: Path, evidence_dir: Path, evolvable: list[str], model: Model,

@@ -181,7 +181,8 @@ def test_rows_are_selected_by_priority_and_compacted(tmp_path: Path):
     for f in bundle.manifest["files"]:
         assert f["sha256"] == sha256_bytes(bundle.files[f["path"]]) and f["bytes"] == len(bundle.files[f["path"]])
     assert json.loads(bundle.files["gate-summary.json"]) == [
-        "candidate_workflow: keep_incumbent — reason one; reason two; reason three [REDACTED]"]
+        "candidate_workflow: keep_incumbent — reason one; reason two; reason three [REDACTED]",
+        "prediction: The proposer made no prediction (no 'Predicted improvement:' line in proposal.md)."]
 
 
 def test_priority_puts_unmeasured_cost_last_among_resolved_rows():

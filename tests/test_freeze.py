@@ -391,3 +391,13 @@ def test_the_stage_reads_the_memory_that_dvc_yaml_names(repo, tmp_path):
             "--repo", str(repo), "--out", str(repo / "results/freeze")]
     assert stage.main([*argv, "--previous", str(rejected.parent)]) == 2
     assert stage.main([*argv, "--previous", str(tmp_path / "nothing-handed-on")]) == 0
+
+
+def test_the_proposal_s_prediction_is_bound_in_the_manifest(repo, tmp_path):
+    """Issue 33, item 2: the figure the gate will score is the one freeze read, bound with the overlay."""
+    manifest = freeze(_overlay(tmp_path), params=config.load(repo / "params.yaml"),
+                      tasks_file=repo / "tasks/tasks.yaml", repo=repo, out=repo / "results/freeze", session=None,
+                      predicted=12.5)
+    assert manifest["prediction_pct"] == 12.5
+    assert json.loads((repo / "results/freeze/manifest.json").read_text())["prediction_pct"] == 12.5
+    assert "prediction_pct" not in _freeze(repo, _overlay(tmp_path))  # none given: none bound (no figure invented)

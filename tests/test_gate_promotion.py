@@ -84,6 +84,20 @@ def test_a_stored_promotion_validates_and_recomputes():
     assert recompute_decisions(promotion) == promotion["decisions"]
 
 
+def test_the_proposer_s_prediction_is_scored_beside_the_decision_never_in_it():
+    """Issue 33, item 2: a 50% saving measured; a prediction of 50% hits, 10% misses, -10% has the wrong sign; the
+    decision and apply's checks are the same whatever was predicted."""
+    plain, current = stored()
+    assert "prediction" not in plain  # a manifest without prediction_pct: nothing scored, nothing invented
+    low, high = plain["decisions"][0]["estimate"]["interval_pct"]
+    for predicted, score in ((round((low + high) / 2, 1), "hit"), (10.0, "miss"), (-10.0, "wrong sign")):
+        promotion, _ = stored(manifest=freeze(prediction_pct=predicted))
+        assert promotion["prediction"] == {"improvement_pct": predicted, "scores": {CANDIDATE: score}}
+        assert first_error(promotion, schema_validator("promotion")) is None
+        assert promotion["decisions"] == plain["decisions"]
+        validate_for_apply(promotion, current, LATER)
+
+
 def test_hand_written_overlays_have_no_proposer_model():
     manifest = freeze(candidate_origin="hand-written", proposer_model=None)
     promotion, current = stored(manifest=manifest)

@@ -114,6 +114,15 @@ def test_fresh_clone_make_demo_promotes_the_candidate_without_the_wasteful_line(
     assert re.search(r"candidate_auto: promote\*\* — cost_usd per resolved task \d+\.\d% cheaper \(90% interval "
                      r"\d+\.\d% to \d+\.\d%", report), report[:600]
     assert "What cheaper means" in report
+    # the proposer's prediction, bound by freeze and scored by the gate beside its decision (issue 33, item 2)
+    predicted = json.loads((demo["clone"] / "results/freeze/manifest.json").read_text())["prediction_pct"]
+    assert f"Predicted improvement: {predicted:g}%" in (demo["clone"] / "results/proposal/proposal.md").read_text()
+    assert promotion["prediction"]["improvement_pct"] == predicted and 0 < predicted < 100
+    assert set(promotion["prediction"]["scores"]) == {"candidate_auto"}
+    score = promotion["prediction"]["scores"]["candidate_auto"]
+    assert score in ("hit", "miss", "wrong sign")  # measured: never "unmeasured" beside a promotion
+    assert f"The proposer predicted {predicted:g}% cheaper per resolved task" in report and \
+        f"candidate_auto: {score}." in report
 
 
 def test_make_plots_writes_a_page_that_renders_without_a_network(demo):

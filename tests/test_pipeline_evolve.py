@@ -62,6 +62,13 @@ def test_evolve_hands_every_rejection_on_leaves_dvc_clean_and_a_teammate_reprodu
     report = make(clone, "report")
     assert re.search(r"\| 2 \| .*=insufficient_evidence.* \| reused \|", report), report
     assert re.search(r"\| 3 \| no_proposal \| .* \| reused \|", report), report
+    # the proposer's record (issue 33, item 2): each generation that proposed scored once per arm (at one run a
+    # cell, the gate made no estimate: unmeasured), the no_proposal left out; the last proposer read its own score
+    record = re.search(r"the proposer's record: .* \((\d+) hit, (\d+) miss, (\d+) wrong sign, (\d+) unmeasured\); "
+                       r"0 proposal\(s\) without a prediction", report)
+    assert record and sum(map(int, record.groups())) == 2, report
+    summary = json.loads((clone / "results/evidence/gate-summary.json").read_text())
+    assert any("The proposer predicted" in json.dumps(entry) for entry in summary), summary
 
     # what was handed on is tracked: nothing is left to run here
     assert settled(run([DVC, "status"], clone))

@@ -126,11 +126,12 @@ def test_the_proposer_chooses_by_attributed_cost_not_by_what_the_playbook_calls_
               ()),
              ("work", 11, "- Handle empty and boundary inputs explicitly: whatever the task says about empty input.",
               ())]
-    analysis = {"rows": 3, "costs": {"survey": 1_000, "edge-cases": 9_000},
+    analysis = {"rows": 3, "costs": {"survey": 1_000, "edge-cases": 9_000}, "share": {"edge-cases": 31.4},
                 "cited": {"survey": ["t/a/0"], "edge-cases": ["t/a/1"]}, "rejected": []}
     assert book.instructions["edge-cases"].necessary  # the playbook knows; the proposer does not use it
-    skill, line, _, what, _, tokens = _choose(book, analysis, lines)
+    skill, line, _, what, _, tokens, predicted = _choose(book, analysis, lines)
     assert (skill, what, tokens) == ("work", "the instruction `edge-cases`", 9_000) and line == lines[1][2]
+    assert predicted == 31.4  # the priced share the cited runs spent on those turns (issue 33, item 2)
     analysis["rejected"] = [_key(lines[1][2])]  # a rejected removal is not proposed again
     assert _choose(book, analysis, lines)[1] == lines[0][2]
     analysis["rejected"].append(_key(lines[0][2]))  # nothing left that a run shows: it declines, never a guess
@@ -151,11 +152,15 @@ def test_the_simulated_proposer_never_removes_a_line_no_cited_run_shows():
         with pytest.raises(LookupError, match="nothing in the evidence supports a change"):
             _choose(book, {"rows": 3, "costs": costs, "cited": cited, "rejected": []}, lines)
     found = _choose(book, {"rows": 3, "costs": {"survey": 0}, "cited": {"survey": ["t/a/0"]}, "rejected": []}, lines)
-    assert found[1] == lines[0][2] and found[4:] == (["t/a/0"], 0)
+    assert found[1] == lines[0][2] and found[4:] == (["t/a/0"], 0, None)  # no usage: nothing to size a forecast
+    from skillevo.core import prediction
     from skillevo.simulator.proposer import _proposal
 
-    assert "carry no per-turn usage, so their tokens are not counted here. Runs: t/a/0." in _proposal(
-        "work", lines[0][2], (), "x", ["t/a/0"], 0, 3)
+    text = _proposal("work", lines[0][2], (), "x", ["t/a/0"], 0, 3)
+    assert "carry no per-turn usage, so their tokens are not counted here. Runs: t/a/0." in text
+    assert prediction.parse(text, "proposal.md") is None and "No prediction: " in text
+    text = _proposal("work", lines[0][2], (), "x", ["t/a/0"], 900, 3, predicted=12.5)
+    assert prediction.parse(text, "proposal.md") == 12.5  # what it writes is what freeze reads
 
 
 def test_the_simulated_proposer_removes_a_list_item_with_its_continuation_lines():

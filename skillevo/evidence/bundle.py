@@ -21,7 +21,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from skillevo.core import documents
+from skillevo.core import documents, prediction
 from skillevo.core.config import EvidenceParams, evidence_limits
 from skillevo.core.digests import sha256_bytes
 from skillevo.core.errors import BadInput
@@ -344,10 +344,14 @@ def _learnings_file(b: _Builder, learnings: Iterable[dict[str, Any]]) -> bytes:
 
 
 def gate_summary(promotion: Mapping[str, Any] | None) -> list[str]:
-    """One line per prior decision: '<candidate arm>: <decision> — <first 3 reasons>'."""
+    """One line per prior decision: '<candidate arm>: <decision> — <first 3 reasons>', then how the proposer's
+    prediction fared (skillevo.core.prediction), so the next proposer sees its own record."""
     if not promotion:
         return []
-    return [f"{d['candidate_arm']}: {d['decision']} — {'; '.join(d['reasons'][:3])}" for d in promotion["decisions"]]
+    lines = [f"{d['candidate_arm']}: {d['decision']} — {'; '.join(d['reasons'][:3])}" for d in promotion["decisions"]]
+    if promotion.get("candidate_origin") == "proposer" and promotion["decisions"]:
+        lines.append(f"prediction: {prediction.line(promotion.get('prediction'))}")
+    return lines
 
 
 def _gate_file(b: _Builder, promotion: Mapping[str, Any] | None) -> bytes:

@@ -24,7 +24,7 @@ from itertools import chain
 from pathlib import Path
 from typing import Any
 
-from skillevo.core import memory, safefs, transcript_text
+from skillevo.core import memory, prediction, safefs, transcript_text
 from skillevo.core.errors import BadInput
 from skillevo.core.results import EXCLUDED_ERROR_KINDS, Side, cell_name, read_artifact, side_totals
 from skillevo.gate.report import (
@@ -117,6 +117,8 @@ def _decisions(promotion: Mapping[str, Any]) -> list[str]:
         out += ["<ul>", *(f"<li>{_e(r)}</li>" for r in d["reasons"]), "</ul></div>"]
     if promotion.get("sequential"):
         out.append(f"<p>{_inline(sequential_line(promotion['sequential'], promotion['policy']))}</p>")
+    if promotion["candidate_origin"] == "proposer" and promotion["decisions"]:
+        out.append(f'<p class="prediction">{_e(prediction.line(promotion.get("prediction")))}</p>')
     out.append(f"<p>{_inline(ESTIMAND)}</p></section>")
     return out
 

@@ -12,7 +12,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from skillevo.core import controls, documents, overlay, safefs, sampling
+from skillevo.core import controls, documents, overlay, prediction, safefs, sampling
 from skillevo.core.config import Policy, SamplingParams, section
 from skillevo.core.errors import BadInput
 from skillevo.core.layout import incumbent_arm_of
@@ -166,6 +166,8 @@ def build_promotion(
         **bindings,
         "decisions": decisions,
     }
+    if (scored := prediction.scored(freeze.get("prediction_pct"), decisions)) is not None:
+        promotion["prediction"] = scored  # the proposer's record, never the decision's input
     return _checked(promotion)
 
 

@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from skillevo.core import documents, safefs
+from skillevo.core import documents, prediction, safefs
 from skillevo.core.results import Side, side_totals
 from skillevo.gate import figures
 from skillevo.gate.verdict import INSUFFICIENT_EVIDENCE, KEEP_INCUMBENT, PROMOTE
@@ -157,6 +157,8 @@ def render_report(promotion: Mapping[str, Any], totals: Mapping[str, Mapping[str
     lines += [f"- **{d['candidate_arm']}: {d['decision']}** — {_headline(d)}" for d in promotion["decisions"]]
     if promotion["sequential"]:
         lines += ["", sequential_line(promotion["sequential"], promotion["policy"])]
+    if promotion["candidate_origin"] == "proposer" and promotion["decisions"]:
+        lines += ["", prediction.line(promotion.get("prediction"))]
     lines += ["", "![estimated improvement per task, with intervals](plots/improvement.svg)"]
     for decision in promotion["decisions"]:
         lines += ["", *_decision_section(decision)]

@@ -30,14 +30,12 @@ from pathlib import Path
 from typing import Any
 
 from skillevo import stats
-from skillevo.core import config, documents, layout, memory, params_edit, safefs, stage
+from skillevo.core import config, documents, layout, memory, params_edit, prediction, safefs, stage
 from skillevo.core.digests import sha256_file
 from skillevo.core.errors import BadInput, SkillevoError
 from skillevo.gate import family
 
-RESULTS = layout.RESULTS
-PREVIOUS = layout.PREVIOUS
-MEMORY = layout.MEMORY
+RESULTS, PREVIOUS, MEMORY = layout.RESULTS, layout.PREVIOUS, layout.MEMORY
 ARCHIVE = Path("generations")
 HANDED_ON = {"bench-candidate": "bench-candidate", "gate": "gate", "proposal/proposal.md": "proposal.md"}
 ARCHIVED = ("gate", "proposal", "freeze/manifest.json", "freeze/overlay", "evidence/manifest.json", "bench-candidate",
@@ -340,6 +338,7 @@ def report(archive_dir: Path = ARCHIVE) -> str:
                   f"${served:.4f} "
                   f"({sum(r['served_sessions'] for r in table)} sessions)"
               + (f"; ${paid / points:.4f} per promoted percentage point" if points > 0 else "; nothing promoted")]
+    lines.append(prediction.record(_json(gen / "gate/promotion.json") for gen in sorted(archive_dir.glob("gen-*"))))
     if layout.PARAMS.is_file():
         lines.append(family_budget(config.load(layout.PARAMS).gate.family_alpha, archive_dir).line())
     if any(r["simulated"] for r in table):

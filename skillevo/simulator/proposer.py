@@ -22,6 +22,7 @@ import shlex
 from typing import Any
 
 from skillevo.core.overlay import NO_PROPOSAL
+from skillevo.core.prediction import PREFIX
 from skillevo.simulator.agent import Reply
 from skillevo.simulator.conversation import Conversation
 from skillevo.simulator.playbook import Playbook
@@ -53,7 +54,8 @@ def files_of(obj):
     if isinstance(obj, list):
         return [f for v in obj for f in files_of(v)]
     return []
-costs, cited = {}, {}
+costs, cited, dear, dear_totals = {}, {}, {}, {}
+PRICE = {"input_tokens": 1, "cache_creation_input_tokens": 1.25, "cache_read_input_tokens": 0.1, "output_tokens": 5}
 for row in rows:
     rid = "%s/%s/run%s" % (row.get("task"), row.get("arm"), row.get("run"))
     for name in files_of(row):
@@ -72,6 +74,8 @@ for row in rows:
             u = m.get("usage") or {}
             tokens = sum(u.get(k) or 0 for k in ("input_tokens", "output_tokens", "cache_creation_input_tokens",
                                                  "cache_read_input_tokens"))
+            priced = sum((u.get(k) or 0) * w for k, w in PRICE.items())
+            dear_totals[rid] = dear_totals.get(rid, 0) + priced
             for b in m.get("content") or []:
                 if not isinstance(b, dict) or b.get("type") != "tool_use":
                     continue
@@ -80,6 +84,7 @@ for row in rows:
                 for ins, keys in sigs.items():
                     if key in keys:
                         costs[ins] = costs.get(ins, 0) + tokens
+                        dear[ins] = dear.get(ins, 0) + priced
                         cited.setdefault(ins, [])
                         if rid not in cited[ins]:
                             cited[ins].append(rid)
@@ -92,7 +97,9 @@ for cand in rejected if isinstance(rejected, list) else []:
         if l.startswith("-") and not l.startswith("--- a/"):
             prior.append(l[1:].strip())
 seen = sorted({hashlib.sha256(l.encode()).hexdigest()[:16] for l in prior})
-print("SKILLEVO-ANALYSIS " + json.dumps({"rows": len(rows), "costs": costs,
+share = {ins: round(100 * dear.get(ins, 0) / sum(dear_totals.get(r, 0) for r in runs), 1)
+         for ins, runs in cited.items() if sum(dear_totals.get(r, 0) for r in runs) > 0}
+print("SKILLEVO-ANALYSIS " + json.dumps({"rows": len(rows), "costs": costs, "share": share,
                                          "cited": {k: v[:12] for k, v in cited.items()}, "rejected": seen[:64]}))
 '''
 
@@ -181,9 +188,12 @@ def _lines(conv: Conversation) -> list[tuple[str, int, str, tuple[str, ...]]]:
 
 
 def _choose(book: Playbook, analysis: dict[str, Any], lines: list[tuple[str, int, str, tuple[str, ...]]]
-            ) -> tuple[str, str, tuple[str, ...], str, list[str], int]:
-    """(skill, exact line to remove, its continuation lines, what it is, cited run ids, attributed tokens): the
-    costliest line whose tool calls cited runs show; LookupError (why) when there is none, so the proposer declines."""
+            ) -> tuple[str, str, tuple[str, ...], str, list[str], int, float | None]:
+    """(skill, exact line to remove, its continuation lines, what it is, cited run ids, attributed tokens, the
+    predicted improvement): the costliest line whose tool calls cited runs show; LookupError (why) when there is
+    none, so the proposer declines. The prediction is those turns' share of the cited runs' tokens priced at the
+    list ratios (input 1, cache write 1.25, cache read 0.1, output 5; None without per-turn usage): what removing
+    them saves if the gate's tasks spend as the evidence's did; the gate scores it (skillevo.core.prediction)."""
     rejected = set(analysis.get("rejected", []))
     for tokens, ins in _ranked(book, analysis):
         cited = analysis["cited"].get(ins, [])
@@ -192,7 +202,9 @@ def _choose(book: Playbook, analysis: dict[str, Any], lines: list[tuple[str, int
         phrase = book.instructions[ins].phrase.lower()
         for skill, _, line, rest in lines:
             if not line[:1].isspace() and phrase in line.lower() and _key(line) not in rejected:
-                return skill, line, rest, f"the instruction `{ins}`", cited, tokens
+                share = analysis.get("share", {}).get(ins)
+                predicted = min(share, 99.0) if tokens and share else None
+                return skill, line, rest, f"the instruction `{ins}`", cited, tokens, predicted
     tried = len(rejected)
     raise LookupError(f"in {analysis['rows']} evidence run(s), no line of the evolvable skills gave tool calls that a "
                       f"run shows and no earlier candidate removed ({tried} line(s) tried before): nothing in the "
@@ -200,7 +212,7 @@ def _choose(book: Playbook, analysis: dict[str, Any], lines: list[tuple[str, int
 
 
 def _proposal(skill: str, line: str, rest: tuple[str, ...], what: str, cited: list[str], tokens: int,
-              rows: int, skills_path: str = "skills") -> str:
+              rows: int, skills_path: str = "skills", predicted: float | None = None) -> str:
     runs = ", ".join(cited[:12]) or "none of the selected runs"
     quoted = "\n".join(f"> {x.rstrip()}" for x in (line.strip(), *rest))
     scope = "one line" if not rest else f"one list item, its {len(rest)} continuation line(s) with it"
@@ -217,7 +229,10 @@ def _proposal(skill: str, line: str, rest: tuple[str, ...], what: str, cited: li
         "## Expected metric movement\n\n"
         "cost_usd (and input tokens) should fall on every task where the step ran, because each skipped "
         "tool call also removes its output from every later turn's context; resolution should not change.\n\n"
-        "## Risks\n\n"
+        + (f"{PREFIX} {predicted:g}%\n\n(those turns' share of what the cited runs spent, their tokens priced at "
+           "the list ratios: input 1, cache write 1.25, cache read 0.1, output 5)\n\n" if predicted is not None else
+           "No prediction: these transcripts carry no per-turn usage to size one from.\n\n")
+        + "## Risks\n\n"
         "If the removed step guarded against a failure the evidence did not show, the hidden oracles will "
         "catch it and the gate will keep the incumbent.\n\n"
         "_Written by the skillevo simulator playing the proposer (offline, deterministic)._\n"
@@ -245,7 +260,7 @@ class SimulatedProposer:
             return Reply(tool=("Bash", {"command": _grep(self.book, self.evolvable),
                                         "description": "find the skill lines behind the costs"}))
         try:
-            skill, line, rest, what, cited, tokens = _choose(self.book, analysis, _lines(conv))
+            skill, line, rest, what, cited, tokens, predicted = _choose(self.book, analysis, _lines(conv))
         except LookupError as e:
             if conv.turns == 2:
                 return Reply(tool=("Write", {"file_path": f"{self.out}/proposal.md",
@@ -261,7 +276,7 @@ class SimulatedProposer:
             ("Edit", {"file_path": target, "old_string": "".join(f"{x}\n" for x in (line, *rest)), "new_string": ""}),
             ("Write", {"file_path": f"{self.out}/proposal.md",
                        "content": _proposal(skill, line, rest, what, cited, tokens, analysis["rows"],
-                                                   self.skills_path)}),
+                                            self.skills_path, predicted)}),
         ]
         step = conv.turns - 2
         if step < len(script):

@@ -54,7 +54,8 @@ def run(args: argparse.Namespace) -> str:
         return f"freeze: no proposal this generation ({reason[:200]}): nothing to measure, nothing to apply"
     manifest = freeze(args.overlay, params=params, tasks_file=args.tasks, repo=stage.repo_dir(args, params),
                       out=args.out, session=None if args.hand_written else args.session,
-                      rejected=args.previous / memory.REJECTED_FILE)
+                      rejected=args.previous / memory.REJECTED_FILE,
+                      predicted=None if args.hand_written else propose.predicted(args.overlay.parent))
     return (f"freeze: overlay {manifest['overlay_digest'][:12]} ({len(manifest['files'])} file(s), "
             f"{manifest['changed_lines']} changed lines) -> {', '.join(manifest['required_candidate_arms'])}")
 
