@@ -167,11 +167,14 @@ def test_init_check_repro_apply_revert_in_a_team_repository(team):
     assert list(params["arms"]) == ["auto", "skill_fixer", "skill_reviewer", "skill_test_runner", "baseline"]
     params["arms"] = {name: params["arms"][name] for name in ("auto", "baseline")}  # the image demo's size (below);
     # init's plan as written is tests/test_adoption.py's
-    # the image demo's size (3 gate tasks x 6 = 18 runs per arm, 60 sessions in all), in CI's 30 minutes; with
-    # fewer runs than gate.min_total_runs, `check` says no candidate can be promoted
-    params["sampling"].update(runs=6, incumbent_runs=3)
+    # 3 gate tasks x 8 = 24 runs per arm (72 sessions in all), in CI's 30 minutes; with fewer runs than
+    # gate.min_total_runs, `check` says no candidate can be promoted. At 8 runs one unresolved candidate run still
+    # bounds the resolution drop within gate.max_resolution_drop_pct (18.3 points, against 23.8 at 6): CI once lost
+    # a run to an oracle error no rerun showed (docs/benchmarks.md), and one lost run must not decide the path test
+    params["sampling"].update(runs=8, incumbent_runs=3)
+    params["sampling"]["sequential"]["first"] = 8  # one look: the gate's line and the status show one level
     params["gate"]["min_total_runs"] = 18
-    params["gate"]["test"] = "bootstrap"  # 6 rounds: too few for the test by betting (tests/test_pipeline.py)
+    params["gate"]["test"] = "bootstrap"  # 8 rounds: too few for the test by betting (tests/test_pipeline.py)
     params["simulator"]["noise"] = "demo"  # the demo's spread, no mistakes: the test is of the path, not of luck
     (folder / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
     (folder / "tasks/oracles/test_example_oracle.py").unlink()
@@ -191,9 +194,9 @@ def test_init_check_repro_apply_revert_in_a_team_repository(team):
     assert done.returncode == 0, done.stderr
     assert "4 task(s) set up and unsolved as given" in done.stdout + done.stderr
     # the price before paying (issue 32, item 5): 4 tasks x 3 runs x 2 arms (auto, baseline) on the incumbent side,
-    # and at most 3 gate tasks x 6 runs x 2 cells (auto's candidate and its control) on a candidate side
+    # and at most 3 gate tasks x 8 runs x 2 cells (auto's candidate and its control) on a candidate side
     assert "check: price: the incumbent side: 24 sessions" in done.stdout, done.stdout
-    assert "a candidate side: at most 36 sessions" in done.stdout, done.stdout
+    assert "a candidate side: at most 48 sessions" in done.stdout, done.stdout
 
     done = _dvc(team, "repro", cwd=folder)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
