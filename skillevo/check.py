@@ -23,8 +23,8 @@ from skillevo import backends, freeze
 from skillevo.bench import sideplan
 from skillevo.core import config, layout, placeholder, sampling, tasks
 from skillevo.core.config import Params
-from skillevo.core.errors import SkillevoError
 from skillevo.core.tasks import Task
+from skillevo.files.errors import SkillevoError
 
 
 def _each(problems: list[str], check: Callable[[], object]) -> object | None:

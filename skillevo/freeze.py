@@ -17,13 +17,14 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-from skillevo.core import arms, documents, layout, memory, overlay, safefs
+from skillevo.core import arms, layout, memory, overlay
 from skillevo.core import tasks as tasks_mod
 from skillevo.core.config import Params
-from skillevo.core.digests import sha256_bytes
-from skillevo.core.errors import BadInput, BrokenEnvironment
 from skillevo.core.oracle_guard import OracleGuard
-from skillevo.core.schemas import validate
+from skillevo.files import documents, safefs
+from skillevo.files.digests import sha256_bytes
+from skillevo.files.errors import BadInput, BrokenEnvironment
+from skillevo.files.schemas import validate
 
 MANIFEST = "manifest.json"
 OVERLAY = "overlay"

@@ -13,10 +13,11 @@ from typing import Any
 
 from skillevo import backends
 from skillevo.agent import SessionSpec, run_session
-from skillevo.core import documents, frontmatter, layout, overlay, prediction, safefs
-from skillevo.core.errors import BadInput
+from skillevo.core import frontmatter, layout, overlay, prediction
 from skillevo.core.models import Credential, Model
 from skillevo.core.oracle_guard import OracleGuard
+from skillevo.files import documents, safefs
+from skillevo.files.errors import BadInput
 from skillevo.sandbox import Mount
 
 PROMPT = Path(__file__).resolve().parent / "prompts/propose.md"  # the default template, shipped with the package

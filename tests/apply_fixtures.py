@@ -17,8 +17,9 @@ from pathlib import Path
 import yaml
 
 from skillevo.apply import ApplyPaths
-from skillevo.core import config, dvcfiles, tasks
+from skillevo.core import config, tasks
 from skillevo.core.results import load_side
+from skillevo.files import dvcfiles
 from skillevo.freeze import freeze
 from skillevo.gate import build_promotion, write_promotion
 from tests.bench_fixtures import make_mini

@@ -12,10 +12,10 @@ from typing import Any
 from skillevo.core import sampling
 from skillevo.core.config import SamplingParams, section
 from skillevo.core.controls import order
-from skillevo.core.digests import canonical_json, sha256_bytes
-from skillevo.core.errors import BadInput
 from skillevo.core.limits import Limits
 from skillevo.core.results import EXCLUDED_ERROR_KINDS, Side
+from skillevo.files.digests import canonical_json, sha256_bytes
+from skillevo.files.errors import BadInput
 
 INCUMBENT, CANDIDATE = "workflow", "candidate_workflow"
 OVERLAY = "a" * 64

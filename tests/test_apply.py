@@ -30,8 +30,8 @@ from skillevo.apply import (
     revert,
 )
 from skillevo.apply import fs as apply_fs
-from skillevo.core.digests import sha256_bytes
-from skillevo.core.errors import BrokenEnvironment
+from skillevo.files.digests import sha256_bytes
+from skillevo.files.errors import BrokenEnvironment
 from skillevo.gate.promotion import recompute_decisions
 from skillevo.stages import apply as stage
 from tests.apply_fixtures import (

@@ -8,8 +8,8 @@ import tarfile
 
 import pytest
 
-from skillevo.core import archives
-from skillevo.core.errors import BadInput
+from skillevo.files import archives
+from skillevo.files.errors import BadInput
 
 
 def _tar(*members: tuple[str, str, bytes | str]) -> bytes:

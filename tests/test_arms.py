@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from skillevo.core import arms, config
-from skillevo.core.errors import BadInput
+from skillevo.files.errors import BadInput
 
 FAMILY = {"plan", "work"}
 TASK = "{prompt}\nRun the verification before you finish."

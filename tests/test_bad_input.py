@@ -14,8 +14,9 @@ import pytest
 
 from skillevo import sandbox
 from skillevo.agent import SessionSpec, cli, install, run_session
-from skillevo.core import models, pins, safefs
-from skillevo.core.errors import BrokenEnvironment
+from skillevo.core import models, pins
+from skillevo.files import safefs
+from skillevo.files.errors import BrokenEnvironment
 from skillevo.sandbox import process
 from skillevo.simulator import Simulator, demo
 from skillevo.stages import bench as bench_stage

@@ -14,8 +14,8 @@ import pytest
 
 from skillevo.bench import build_cells, plan, run_cell, run_side
 from skillevo.core import models
-from skillevo.core.digests import sha256_bytes
-from skillevo.core.schemas import validate
+from skillevo.files.digests import sha256_bytes
+from skillevo.files.schemas import validate
 from skillevo.simulator import EscapeTargets, Simulator, load_all
 from tests.bench_fixtures import CANARY, ROOT, capped, make_mini, params, write_params
 from tests.conftest import session_processes

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from skillevo.bench import plan, run_side
-from skillevo.core.schemas import validate
+from skillevo.files.schemas import validate
 from tests.bench_fixtures import ROOT, params
 
 pytestmark = [pytest.mark.cli, pytest.mark.bwrap]

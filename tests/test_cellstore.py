@@ -20,7 +20,7 @@ import pytest
 
 from skillevo.bench import CellResult, build_cells, cellstore, harness, plan, run_side
 from skillevo.core import models
-from skillevo.core.digests import canonical_json
+from skillevo.files.digests import canonical_json
 from tests.bench_fixtures import ROOT, make_mini, params, write_params
 
 SECRET = b"team-secret-0123456789abcdef"

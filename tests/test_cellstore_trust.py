@@ -12,9 +12,9 @@ from datetime import UTC, datetime
 import pytest
 
 from skillevo.bench import CellResult, cellstore
-from skillevo.core import digests
-from skillevo.core.digests import canonical_json, sha256_bytes, sha256_json
-from skillevo.core.errors import BrokenEnvironment
+from skillevo.files import digests
+from skillevo.files.digests import canonical_json, sha256_bytes, sha256_json
+from skillevo.files.errors import BrokenEnvironment
 from tests import gate_rows
 
 SECRET = b"team-secret-0123456789abcdef"

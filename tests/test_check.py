@@ -13,7 +13,7 @@ import yaml
 
 from skillevo.bench import plan, run_side
 from skillevo.core import config
-from skillevo.core.errors import BadInput
+from skillevo.files.errors import BadInput
 from skillevo.ops import check as check_cmd
 from tests.bench_fixtures import ROOT, make_mini, params_doc
 

@@ -16,7 +16,7 @@ from skillevo.bench.cellstore import material
 from skillevo.bench.sideplan import build_cells
 from skillevo.core import arms as arms_mod
 from skillevo.core import comparators, config
-from skillevo.core.errors import BadInput
+from skillevo.files.errors import BadInput
 from tests.bench_fixtures import ROOT, make_mini, params_doc
 
 MARKER = "comparator-marker-5b1e"

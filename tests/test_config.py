@@ -8,9 +8,10 @@ from datetime import date
 import pytest
 import yaml
 
-from skillevo.core import config, documents
-from skillevo.core.errors import BadInput
-from skillevo.core.schemas import load_schema
+from skillevo.core import config
+from skillevo.files import documents
+from skillevo.files.errors import BadInput
+from skillevo.files.schemas import load_schema
 from tests.bench_fixtures import ROOT
 
 ARMS = {"a": {"sessions": [{"skill": "work", "prompt": "{prompt}"}]}}

@@ -13,8 +13,8 @@ import pytest
 
 from skillevo.bench import SidePlan, interleaved
 from skillevo.core.arms import Arm, Session, candidate
-from skillevo.core.errors import BadInput
 from skillevo.core.results import load_side
+from skillevo.files.errors import BadInput
 from tests.gate_rows import CANDIDATE, INCUMBENT, RECORDED_AT, bench, controls, designed, freeze, runs, write_side
 
 
@@ -145,7 +145,7 @@ DAY_BEFORE = "2025-02-28T12:00:00+00:00"
 def _gate(tmp_path: Path, edit=None, *, env_key: str | None = None, monkeypatch=None) -> tuple[int, str]:
     """A candidate side written as the bench writes it, `edit`ed as a forger would (rows, then bench.json's
     results_sha256 made to match, unless the edit says otherwise), then the real gate stage on it."""
-    from skillevo.core.digests import sha256_bytes
+    from skillevo.files.digests import sha256_bytes
     from skillevo.stages import gate as stage
 
     incumbent = [{**r, "started_at": DAY_BEFORE, "recorded_at": DAY_BEFORE}
@@ -246,7 +246,7 @@ def test_with_a_team_key_only_a_side_signed_under_it_is_decided(tmp_path, monkey
     rows = (side / "results.jsonl").read_text().splitlines()
     forged = "".join(line.replace('"cost_usd": 0.8', '"cost_usd": 0.08') + "\n" for line in rows).encode()
     (side / "results.jsonl").write_bytes(forged)
-    from skillevo.core.digests import sha256_bytes
+    from skillevo.files.digests import sha256_bytes
     (side / "bench.json").write_text(json.dumps({**bench_json, "results_sha256": sha256_bytes(forged)}))
     assert stage.main([*args[:-1], str(tmp_path / "signed" / "out3")]) == 2
 

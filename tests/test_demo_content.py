@@ -35,7 +35,7 @@ import pytest
 import yaml
 
 from skillevo.core.arms import AUTO, NONE
-from skillevo.core.schemas import validate
+from skillevo.files.schemas import validate
 from skillevo.simulator import agent, playbook
 from skillevo.simulator.conversation import Conversation
 

@@ -159,7 +159,7 @@ def test_a_module_read_by_its_import_lines_gives_what_a_full_parse_gives():
         package = ".".join(path.relative_to(ROOT).with_suffix("").parts)
         package = package.removesuffix(".__init__") if path.name == "__init__.py" else package.rpartition(".")[0]
         assert harness.imports(path) == full(path.read_text(), package), path
-    tricky = ("def f():\n    from skillevo.core import \\\n        layout\n    import skillevo.core.safefs\n\n\n"
+    tricky = ("def f():\n    from skillevo.core import \\\n        layout\n    import skillevo.files.safefs\n\n\n"
               "class C:\n    from skillevo.gate import (\n        policy,\n    )\n")
     assert harness._imports(tricky, "skillevo.x") == full(tricky, "skillevo.x") == {
-        "skillevo.core", "skillevo.core.layout", "skillevo.core.safefs", "skillevo.gate", "skillevo.gate.policy"}
+        "skillevo.core", "skillevo.core.layout", "skillevo.files.safefs", "skillevo.gate", "skillevo.gate.policy"}

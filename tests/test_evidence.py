@@ -24,14 +24,15 @@ import yaml
 
 from skillevo import evidence as ev
 from skillevo.agent import transcript
-from skillevo.core import config, documents, memory
+from skillevo.core import config, memory
 from skillevo.core import tasks as tasks_mod
-from skillevo.core.digests import canonical_json, sha256_bytes
-from skillevo.core.errors import BadInput
 from skillevo.core.oracle_guard import OracleGuard
 from skillevo.core.redact import env_secrets
-from skillevo.core.schemas import validate
 from skillevo.evidence.compact import compact_jsonl, compact_text
+from skillevo.files import documents
+from skillevo.files.digests import canonical_json, sha256_bytes
+from skillevo.files.errors import BadInput
+from skillevo.files.schemas import validate
 from skillevo.stages import evidence as stage
 from tests import gate_rows
 

@@ -12,8 +12,8 @@ import pytest
 import yaml
 
 from skillevo.core import config, layout, memory, overlay, params_edit
-from skillevo.core.errors import BadInput
-from skillevo.core.schemas import validate
+from skillevo.files.errors import BadInput
+from skillevo.files.schemas import validate
 from skillevo.freeze import freeze
 from tests.bench_fixtures import ROOT
 

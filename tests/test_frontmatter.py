@@ -13,7 +13,7 @@ from skillevo.apply.common import ApplyPaths, ApplyRefused
 from skillevo.apply.inputs import check_headers
 from skillevo.bench import plan
 from skillevo.core import config, frontmatter, layout, params_edit
-from skillevo.core.errors import BadInput
+from skillevo.files.errors import BadInput
 from skillevo.gate.report import overlay_section
 from tests.bench_fixtures import ROOT
 from tests.test_freeze import _freeze, _overlay, repo  # noqa: F401 - repo is a fixture

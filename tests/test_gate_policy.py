@@ -10,9 +10,9 @@ import pytest
 
 from skillevo.core import config
 from skillevo.core.config import Policy
-from skillevo.core.errors import BadInput
 from skillevo.core.models import is_floating
 from skillevo.core.results import aggregate
+from skillevo.files.errors import BadInput
 from skillevo.gate import decide, decide_arm
 from skillevo.gate.policy import MAIN_LOOP_ONLY_WARNING, improvement_pct
 from tests.gate_rows import CANDIDATE, INCUMBENT, paired, row, runs

@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 from skillevo.core.config import Policy
-from skillevo.core.errors import BadInput
 from skillevo.core.results import Side
-from skillevo.core.schemas import first_error, schema_validator
+from skillevo.files.errors import BadInput
+from skillevo.files.schemas import first_error, schema_validator
 from skillevo.gate import (
     PromotionRefused,
     build_promotion,

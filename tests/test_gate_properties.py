@@ -11,8 +11,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from skillevo.core.config import Policy
-from skillevo.core.errors import BadInput
 from skillevo.core.results import EXCLUDED_ERROR_KINDS, aggregate
+from skillevo.files.errors import BadInput
 from skillevo.gate import build_promotion, decide_arm, recompute_decisions
 from tests.gate_rows import CANDIDATE, INCUMBENT, freeze, row, sides
 

@@ -13,9 +13,9 @@ import pytest
 
 from skillevo import stats
 from skillevo.core.config import Policy
-from skillevo.core.errors import BadInput
 from skillevo.core.results import Side, aggregate, load_side, sequential_record
-from skillevo.core.schemas import first_error, schema_validator
+from skillevo.files.errors import BadInput
+from skillevo.files.schemas import first_error, schema_validator
 from skillevo.gate import PromotionRefused, build_promotion, decide_arm, pipeline_bindings, validate_for_apply
 from skillevo.gate.looks import Levels, levels
 from skillevo.gate.looks import binding as looks_binding

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from skillevo.core.digests import sha256_bytes
-from skillevo.core.schemas import first_error, schema_validator
+from skillevo.files.digests import sha256_bytes
+from skillevo.files.schemas import first_error, schema_validator
 from skillevo.stages import gate as stage
 from tests.gate_rows import CANDIDATE, INCUMBENT, bench, controls, designed, freeze, row, runs, write_side
 

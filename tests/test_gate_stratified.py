@@ -15,9 +15,9 @@ import pytest
 from scipy import stats as sps
 
 from skillevo import stats
-from skillevo.core import schemas
 from skillevo.core.config import Policy
 from skillevo.core.results import aggregate
+from skillevo.files import schemas
 from skillevo.gate import decide_arm, report
 from tests.gate_rows import CANDIDATE, INCUMBENT, runs
 

@@ -20,9 +20,9 @@ from skillevo import sandbox
 from skillevo.agent import SessionSpec, cli
 from skillevo.bench import RayExecutor, plan, ray_executor, run_side
 from skillevo.core import models
-from skillevo.core.errors import BrokenEnvironment
 from skillevo.core.models import API_KEY_ENV, AUTH_TOKEN_ENV, Credential
 from skillevo.core.redact import REDACTED, env_secrets, redact_obj, redact_text
+from skillevo.files.errors import BrokenEnvironment
 from skillevo.sandbox import process
 from skillevo.simulator import Simulator, load_all
 from tests.bench_fixtures import ROOT, make_mini, params

@@ -138,7 +138,7 @@ def test_hand_on_refuses_an_archive_tracked_but_not_pulled(tmp_path, monkeypatch
     forget every rejection, so evolve stops and says to pull."""
     import pytest
 
-    from skillevo.core.errors import BadInput
+    from skillevo.files.errors import BadInput
     from tests.bench_fixtures import ROOT
 
     shutil.copytree(ROOT / "skills", tmp_path / "skills")

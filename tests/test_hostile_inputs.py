@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from skillevo.core import errors
+from skillevo.files import errors
 from tests.apply_fixtures import Pipeline, git, make_pipeline
 from tests.bench_fixtures import ROOT
 from tests.gate_rows import CANDIDATE, INCUMBENT, runs, write_side
@@ -160,7 +160,8 @@ def _write(path: Path, data: bytes | str) -> None:
 
 def _memory(w: World, decision: str = "keep_incumbent", overlay: Path | None = None) -> Path:
     """The generations' memory holding one candidate of generation 2: the world's overlay (or `overlay`)."""
-    from skillevo.core import layout, memory, safefs
+    from skillevo.core import layout, memory
+    from skillevo.files import safefs
 
     executables: set[str] = set()
     family = layout.read_family(w.repo / "skills", frozenset(), executables)

@@ -1,6 +1,7 @@
 """The layout shows the architecture: skillevo/ is layers, not a heap of modules, and the imports keep it so.
 
-core holds the rules every stage shares and depends on nothing of skillevo but the statistics; the engine
+files is the base (file handling, documents, digests, schemas, the errors) and depends on nothing of skillevo; core
+holds the domain rules every stage shares and depends on nothing but files and the statistics; the engine
 (agent, sandbox, simulator, stats, bench), the stage libraries and the operator tools sit above it without a
 cycle between packages, so each can be read, tested and changed apart; and no module grows past what one
 reading holds. Imports are read by the harness's own rule (skillevo.bench.harness.imports), the one the stages'
@@ -15,7 +16,7 @@ from pathlib import Path
 from skillevo.bench.harness import ROOT, imports, module_file
 
 PACKAGE = ROOT / "skillevo"
-NODES = {"core", "backends", "agent", "sandbox", "simulator", "stats", "bench", "evidence", "gate", "apply", "ops",
+NODES = {"files", "core", "backends", "agent", "sandbox", "simulator", "stats", "bench", "evidence", "gate", "apply", "ops",
          "propose", "freeze", "check", "stages", "commands", "__main__"}
 MAX_LINES = 400
 
@@ -82,8 +83,14 @@ def test_the_package_import_graph_has_no_cycle():
             visit(node)
 
 
-def test_core_imports_nothing_but_core_and_stats():
-    outside = {target: files for target, files in _graph()["core"].items() if target != "stats"}
+def test_the_file_handling_base_imports_nothing_of_skillevo():
+    """files/ (safe reads and writes, documents, digests, schemas, the errors that name a file and a rule) is what
+    every layer stands on: it knows no task, arm, skill or decision."""
+    assert not _graph().get("files"), f"files must not depend on any layer: {_graph()['files']}"
+
+
+def test_core_imports_nothing_but_core_files_and_stats():
+    outside = {target: files for target, files in _graph()["core"].items() if target not in ("files", "stats")}
     assert not outside, f"core must not depend on the layers above it: {outside}"
 
 

@@ -17,7 +17,7 @@ from skillevo.agent import cli
 from skillevo.bench import plan, run_side
 from skillevo.core import config
 from skillevo.core.arms import McpServer
-from skillevo.core.errors import BadInput
+from skillevo.files.errors import BadInput
 from tests.bench_fixtures import ROOT, params_doc
 
 # A minimal stdio MCP server, as a team would keep one in its repository: newline-delimited JSON-RPC 2.0. Its one

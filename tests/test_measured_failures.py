@@ -25,9 +25,10 @@ import yaml
 from skillevo.agent import session as session_module
 from skillevo.bench import CellResult, build_cells, churn, plan, run_cell
 from skillevo.bench import cell as cell_module
-from skillevo.core import config, models, safefs
+from skillevo.core import config, models
 from skillevo.core.results import EXCLUDED_ERROR_KINDS, MEASURED_ERROR_KINDS, check_row_transcripts
-from skillevo.core.schemas import validate
+from skillevo.files import safefs
+from skillevo.files.schemas import validate
 from skillevo.simulator import Simulator, load_all
 from tests.bench_fixtures import ROOT, make_mini, params_doc
 from tests.conftest import session_processes

@@ -16,7 +16,7 @@ import yaml
 from skillevo.apply import apply_promotion, revert
 from skillevo.bench import build_cells, plan, run_cell, workspace
 from skillevo.core import config, layout, models, modes, params_edit
-from skillevo.core.errors import BadInput
+from skillevo.files.errors import BadInput
 from skillevo.simulator import Simulator, load_all
 from tests.apply_fixtures import APPLY_AT, CREATING, ORIGINAL, REFERENCE, REFERENCE_BYTES, ROOTS, make_pipeline
 from tests.bench_fixtures import PLAYBOOK, ROOT

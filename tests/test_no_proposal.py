@@ -13,8 +13,8 @@ import pytest
 
 from skillevo import propose
 from skillevo.core import layout, overlay
-from skillevo.core.errors import BadInput
-from skillevo.core.schemas import first_error, schema_validator
+from skillevo.files.errors import BadInput
+from skillevo.files.schemas import first_error, schema_validator
 from skillevo.gate import build_promotion, pipeline_bindings
 from skillevo.gate.promotion import PromotionRefused, validate_for_apply
 from skillevo.gate.report import write_outputs

@@ -198,7 +198,7 @@ def test_the_server_reports_cached_usage_and_count_tokens_still_counts_everythin
 def test_the_schemas_name_exactly_the_profiles_the_simulator_has():
     """params.yaml and every bench.json read the profile names from one schema definition, which must be the
     simulator's own list: a profile added in code alone would be refused, one in the schema alone would crash."""
-    from skillevo.core.schemas import load_schema
+    from skillevo.files.schemas import load_schema
     from skillevo.simulator.noise import PROFILES
 
     assert load_schema("params")["$defs"]["noise_profile"]["enum"] == list(PROFILES)

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from skillevo.core import safefs
+from skillevo.files import safefs
 
 ROOT = Path(__file__).resolve().parents[1]
 NOBODY = 65534

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from skillevo.core.errors import BadInput
+from skillevo.files.errors import BadInput
 from skillevo.ops import transcript_view
 from tests.bench_fixtures import make_mini, params_doc
 

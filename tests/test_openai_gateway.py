@@ -18,7 +18,7 @@ import pytest
 from skillevo import backends, sandbox
 from skillevo.backends import gateway
 from skillevo.core import config, models, pins
-from skillevo.core.errors import BadInput, BrokenEnvironment
+from skillevo.files.errors import BadInput, BrokenEnvironment
 from skillevo.sandbox import process
 from skillevo.simulator import Simulator, openai_dialect
 from skillevo.simulator.noise import ROUTE_HEADER

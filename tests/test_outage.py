@@ -13,7 +13,7 @@ import pytest
 
 from skillevo.bench import cellstore
 from skillevo.core import models
-from skillevo.core.errors import BrokenEnvironment
+from skillevo.files.errors import BrokenEnvironment
 from skillevo.simulator import Simulator, load_all
 from skillevo.stages import bench as bench_stage
 from tests.bench_fixtures import ROOT, make_mini, write_params

@@ -55,7 +55,7 @@ def test_the_installed_command_runs_outside_the_checkout(installed, tmp_path):
     assert "apply" in done.stdout and "setup" in done.stdout
     done = _run(python, "-m", "skillevo.stages.gate", "--help", cwd=tmp_path)
     assert done.returncode == 0 and "promotion.json" in done.stdout, done.stderr
-    probe = ("import skillevo, json\nfrom skillevo.core.schemas import load_schema\n"
+    probe = ("import skillevo, json\nfrom skillevo.files.schemas import load_schema\n"
              "from skillevo.bench import harness\nfrom skillevo import propose\n"
              "load_schema('params'); load_schema('result-row')\n"
              "print(json.dumps([skillevo.__file__, propose.PROMPT.is_file(), harness.code_digest()]))")

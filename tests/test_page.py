@@ -18,8 +18,8 @@ from pathlib import Path
 import matplotlib.image
 import pytest
 
-from skillevo.core.digests import canonical_json, sha256_bytes
 from skillevo.core.results import Side, load_side, side_totals
+from skillevo.files.digests import canonical_json, sha256_bytes
 from skillevo.gate import page
 from skillevo.gate.report import NO_PROPOSAL_LINE, summary_line, task_table
 from skillevo.stages import gate as stage

@@ -10,9 +10,9 @@ import pytest
 
 from skillevo import propose
 from skillevo.core import prediction
-from skillevo.core.errors import BadInput
-from skillevo.core.schemas import SCHEMA_DIR
 from skillevo.evidence.bundle import gate_summary
+from skillevo.files.errors import BadInput
+from skillevo.files.schemas import SCHEMA_DIR
 
 
 @pytest.mark.parametrize("text, value", [

@@ -11,9 +11,10 @@ from pathlib import Path
 import pytest
 
 from skillevo import propose
-from skillevo.core import config, layout, memory, overlay, safefs
+from skillevo.core import config, layout, memory, overlay
 from skillevo.core.models import Model
 from skillevo.evidence import make_bundle, write_bundle
+from skillevo.files import safefs
 from skillevo.freeze import freeze
 from skillevo.simulator import EscapeTargets, Simulator, demo, load_all
 from skillevo.simulator.proposer import SimulatedProposer

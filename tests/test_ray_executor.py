@@ -36,9 +36,9 @@ except ImportError as e:  # no skip: without the `ray` extra every test here fai
 
 from skillevo.bench import RayExecutor, RayExecutorError, build_cells, plan, ray_executor, run_side
 from skillevo.core import config, models
-from skillevo.core.digests import canonical_json, sha256_bytes
 from skillevo.core.models import Model
-from skillevo.core.schemas import validate
+from skillevo.files.digests import canonical_json, sha256_bytes
+from skillevo.files.schemas import validate
 from skillevo.simulator import Simulator, demo, load_all
 from tests.bench_fixtures import ROOT, make_mini, params, params_doc
 from tests.conftest import carrying, cmdline, process_tree, session_processes

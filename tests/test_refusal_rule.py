@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from skillevo.core import frontmatter, safefs, tasks
-from skillevo.core.errors import BadInput, rule_of
+from skillevo.core import frontmatter, tasks
+from skillevo.files import safefs
+from skillevo.files.errors import BadInput, rule_of
 
 
 def test_the_rule_is_the_last_one_a_message_names():

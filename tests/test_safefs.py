@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from skillevo.core import safefs
 from skillevo.core.limits import Limits
+from skillevo.files import safefs
 from skillevo.sandbox.watch import DISK_POLL_S, Watch
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -85,7 +85,7 @@ def test_remove_tree_as_a_harness_that_is_not_root():
     os.chown(base, NOBODY, NOBODY)
     script = (
         "import sys\nfrom pathlib import Path\nsys.path.insert(0, sys.argv[1])\n"
-        "from tests.test_safefs import _hostile_tree\nfrom skillevo.core import safefs\n"
+        "from tests.test_safefs import _hostile_tree\nfrom skillevo.files import safefs\n"
         "tree = _hostile_tree(Path(sys.argv[2]) / 'tree')\n"
         "try:\n    (tree / 'locked/inner/secret').read_text()\n    print('read')\n"
         "except PermissionError:\n    print('refused')\n"
@@ -124,7 +124,7 @@ def test_a_tree_deeper_than_recursion_and_fd_limits_is_walked_sized_and_removed(
     script = (
         "import resource, sys\nfrom pathlib import Path\nsys.path.insert(0, sys.argv[1])\n"
         "resource.setrlimit(resource.RLIMIT_NOFILE, (64, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))\n"
-        "from skillevo.core import safefs\ntree = Path(sys.argv[2])\n"
+        "from skillevo.files import safefs\ntree = Path(sys.argv[2])\n"
         "print(list(safefs.walk(tree)) == ['d/' * 1500 + 'bottom'])\n"
         "print(safefs.allocated(tree) >= 8192 + 1500 * 4096)\n"
         "safefs.remove_tree(tree)\nprint(not tree.exists())\n"

@@ -18,7 +18,7 @@ from scipy import stats as sps
 from skillevo import stats
 from skillevo.core import sampling
 from skillevo.core.config import LOOKS_READ_FROM_GATE, SamplingParams, section
-from skillevo.core.errors import BadInput
+from skillevo.files.errors import BadInput
 from skillevo.stats.looks import _boundaries
 from tests.gate_rows import CANDIDATE, INCUMBENT, runs
 

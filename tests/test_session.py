@@ -12,7 +12,7 @@ from skillevo.agent import SessionSpec, run_session
 from skillevo.core import models
 from skillevo.core.models import API_KEY_ENV, Credential
 from skillevo.core.results import read_artifact
-from skillevo.core.schemas import validate
+from skillevo.files.schemas import validate
 from skillevo.simulator import Simulator, demo
 from tests.conftest import PLANTED_KEY, PROMPT, SKILL, make_workspace, session_processes
 

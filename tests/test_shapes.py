@@ -7,8 +7,9 @@ import json
 
 import pytest
 
-from skillevo.core import frontmatter, schemas
-from skillevo.core.errors import BadInput
+from skillevo.core import frontmatter
+from skillevo.files import schemas
+from skillevo.files.errors import BadInput
 
 COMMON = json.loads((schemas.SCHEMA_DIR / "common.schema.json").read_text())["$defs"]
 OTHERS = sorted(p for p in schemas.SCHEMA_DIR.glob("*.schema.json") if p.name != "common.schema.json")

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from skillevo.core.schemas import InvalidDocument
+from skillevo.files.schemas import InvalidDocument
 from skillevo.simulator import Simulator, agent, noise, playbook
 from skillevo.simulator.cache import PromptCache, tokens
 from skillevo.simulator.conversation import Conversation

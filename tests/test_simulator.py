@@ -10,7 +10,7 @@ from dataclasses import replace
 import pytest
 import yaml
 
-from skillevo.core.schemas import InvalidDocument
+from skillevo.files.schemas import InvalidDocument
 from skillevo.simulator import Simulator, agent, load_dir, playbook
 from skillevo.simulator.conversation import parse
 from tests.bench_fixtures import ROOT

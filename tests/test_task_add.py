@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from skillevo.core import tasks
-from skillevo.core.errors import BadInput
+from skillevo.files.errors import BadInput
 from skillevo.ops import init as init_cmd
 from skillevo.ops import task_add
 

@@ -11,7 +11,7 @@ import yaml
 
 from skillevo.bench import sideplan, workspace
 from skillevo.core import arms, config, layout, tasks
-from skillevo.core.errors import BadInput
+from skillevo.files.errors import BadInput
 from tests.bench_fixtures import ROOT, make_mini
 
 

@@ -14,8 +14,8 @@ from pathlib import Path
 
 from skillevo.agent import install
 from skillevo.core.arms import McpServer
-from skillevo.core.errors import BrokenEnvironment
 from skillevo.core.pins import CLAUDE_CODE_VERSION
+from skillevo.files.errors import BrokenEnvironment
 from skillevo.sandbox import bwrap
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]  # a checkout (make setup), or site-packages (never has .tools)

@@ -15,8 +15,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from skillevo.core.errors import BrokenEnvironment
 from skillevo.core.pins import CLAUDE_CODE_PACKAGE, CLAUDE_CODE_VERSION
+from skillevo.files.errors import BrokenEnvironment
 
 BIN = Path("node_modules/.bin/claude")  # below a prefix
 

@@ -2,7 +2,7 @@
 
 Anything unexpected is an error, never a default: a stream that cannot be read whole is never taken as the CLI's
 account (the session then keeps what the relay counted, skillevo.agent.session). Lines end at "\n" only, the
-rule of skillevo.core.documents.jsonl_lines. Cost that the CLI did not report stays None ("unmeasured"), never 0.
+rule of skillevo.files.documents.jsonl_lines. Cost that the CLI did not report stays None ("unmeasured"), never 0.
 """
 
 from __future__ import annotations
@@ -14,9 +14,9 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from skillevo.core import documents
-from skillevo.core.errors import BadInput
 from skillevo.core.events import STOPPED, USAGE_FIELDS
+from skillevo.files import documents
+from skillevo.files.errors import BadInput
 
 SYNTHETIC_MODEL = "<synthetic>"  # messages the CLI writes itself (API errors, interruptions): no model served them
 _TOOL_ID = re.compile(r"^[A-Za-z0-9._:-]{1,256}$")

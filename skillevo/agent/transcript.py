@@ -6,9 +6,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from skillevo.core import safefs
-from skillevo.core.digests import canonical_json, sha256_bytes
 from skillevo.core.redact import redact_obj
+from skillevo.files import safefs
+from skillevo.files.digests import canonical_json, sha256_bytes
 
 
 def render(events: list[dict[str, Any]], secrets: tuple[str, ...]) -> bytes:

@@ -15,8 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from skillevo.apply.common import ApplyRefused
-from skillevo.core import documents, dvcfiles, safefs
-from skillevo.core.errors import BadInput
+from skillevo.files import documents, dvcfiles, safefs
+from skillevo.files.errors import BadInput
 
 LOCK = dvcfiles.LOCK
 MAX_OUTPUT_BYTES = 1 << 30

@@ -12,7 +12,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
-from skillevo.core import errors, layout
+from skillevo.core import layout
+from skillevo.files import errors
 
 SCHEMA_VERSION = 1
 RECEIPT_SCHEMA = "apply-receipt"

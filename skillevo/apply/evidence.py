@@ -15,9 +15,10 @@ from pathlib import Path
 from typing import Any
 
 from skillevo.apply.common import RERUN, ApplyRefused
-from skillevo.core import documents, tasks
+from skillevo.core import tasks
 from skillevo.core.config import Policy
 from skillevo.core.results import Side
+from skillevo.files import documents
 from skillevo.gate.promotion import build_promotion, first_difference
 
 

@@ -15,8 +15,9 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from skillevo.apply.common import ApplyRefused
-from skillevo.core import layout, safefs
-from skillevo.core.errors import BadInput
+from skillevo.core import layout
+from skillevo.files import safefs
+from skillevo.files.errors import BadInput
 
 TEMP_PREFIX = ".skillevo-apply-"
 MAX_FILE_BYTES = layout.MAX_SKILL_FILE_BYTES  # what freeze reads a destination with

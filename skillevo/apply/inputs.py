@@ -20,12 +20,13 @@ from typing import Any
 
 from skillevo.apply import anchor, evidence, fs
 from skillevo.apply.common import RECEIPT_SCHEMA, RERUN, ApplyPaths, ApplyRefused
-from skillevo.core import documents, frontmatter, layout, models, overlay, safefs
+from skillevo.core import frontmatter, layout, models, overlay
 from skillevo.core.config import Params
-from skillevo.core.digests import sha256_bytes
-from skillevo.core.errors import BadInput
 from skillevo.core.results import load_side
-from skillevo.core.schemas import InvalidDocument, validate
+from skillevo.files import documents, safefs
+from skillevo.files.digests import sha256_bytes
+from skillevo.files.errors import BadInput
+from skillevo.files.schemas import InvalidDocument, validate
 from skillevo.gate.promotion import (
     PromotionRefused,
     load_freeze,

@@ -16,9 +16,9 @@ from typing import Any
 from skillevo.apply import fs
 from skillevo.apply.common import SCHEMA_VERSION, iso
 from skillevo.apply.swaps import MadeDir, Swap
-from skillevo.core import documents, safefs
-from skillevo.core.digests import sha256_bytes
-from skillevo.core.errors import BadInput
+from skillevo.files import documents, safefs
+from skillevo.files.digests import sha256_bytes
+from skillevo.files.errors import BadInput
 
 
 @dataclass

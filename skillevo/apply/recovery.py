@@ -19,9 +19,9 @@ from skillevo.apply import fs
 from skillevo.apply.common import ApplyPaths, ApplyRefused, Log
 from skillevo.apply.journal import marker_tx
 from skillevo.apply.rollback import remove_empty_dirs, retract
-from skillevo.core import documents, safefs
-from skillevo.core.digests import sha256_bytes
-from skillevo.core.errors import BadInput
+from skillevo.files import documents, safefs
+from skillevo.files.digests import sha256_bytes
+from skillevo.files.errors import BadInput
 
 
 def recover(paths: ApplyPaths, *, log: Log) -> int:

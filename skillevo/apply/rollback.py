@@ -16,7 +16,7 @@ from collections.abc import Collection
 from skillevo.apply import fs
 from skillevo.apply.common import ApplyRefused, Fault, Log
 from skillevo.apply.swaps import MadeDir, Swap
-from skillevo.core.errors import SkillevoError
+from skillevo.files.errors import SkillevoError
 
 
 def retract(parent: int, name: str, aside: str, ino: int, data: bytes, where: str) -> None:

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from skillevo.apply import fs
 from skillevo.apply.common import ApplyRefused
-from skillevo.core import safefs
+from skillevo.files import safefs
 
 NEW_FILE_MODE = 0o644  # a created file's mode before the overlay's execute bit
 NEW_DIR_MODE = 0o755  # a created directory's (less the umask, as git would make it)

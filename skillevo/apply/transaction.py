@@ -37,9 +37,9 @@ from skillevo.apply.guard import SignalGuard
 from skillevo.apply.journal import Commit, marker_tx, record, store_original, write_json
 from skillevo.apply.rollback import remove_empty_dirs, remove_made_dirs, remove_temps, roll_back
 from skillevo.apply.swaps import NEW_DIR_MODE, NEW_FILE_MODE, MadeDir, Swap, made_dirs
-from skillevo.core import safefs
-from skillevo.core.errors import BrokenEnvironment, SkillevoError
-from skillevo.core.schemas import validate
+from skillevo.files import safefs
+from skillevo.files.errors import BrokenEnvironment, SkillevoError
+from skillevo.files.schemas import validate
 
 EXCHANGE = "renameat2-exchange"
 NOREPLACE = "renameat2-noreplace"

@@ -20,8 +20,8 @@ from typing import Any
 
 from skillevo.backends import gateway
 from skillevo.core import models
-from skillevo.core.errors import BrokenEnvironment
 from skillevo.core.models import Credential, Model
+from skillevo.files.errors import BrokenEnvironment
 
 
 @dataclass(frozen=True)

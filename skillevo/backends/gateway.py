@@ -36,10 +36,10 @@ from typing import Any
 import yaml
 
 from skillevo.core import models
-from skillevo.core.errors import BrokenEnvironment
 from skillevo.core.models import AUTH_TOKEN_ENV, Credential, Model
 from skillevo.core.pins import LITELLM_VERSION
 from skillevo.core.redact import redact_text
+from skillevo.files.errors import BrokenEnvironment
 
 READY_TIMEOUT_S = 180.0
 MASTER_KEY_ENV = "LITELLM_MASTER_KEY"

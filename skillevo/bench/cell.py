@@ -31,16 +31,16 @@ from skillevo import backends, sandbox
 from skillevo.agent import SessionSpec, run_session
 from skillevo.backends import SessionRef
 from skillevo.bench import checks, churn, mcpservers, workspace
-from skillevo.core import safefs
 from skillevo.core.arms import Arm
-from skillevo.core.digests import framed_digest, sha256_bytes
-from skillevo.core.errors import BadInput, BrokenEnvironment
 from skillevo.core.events import USAGE_FIELDS
 from skillevo.core.limits import Limits
 from skillevo.core.models import Credential, Model
 from skillevo.core.redact import redact_text
 from skillevo.core.results import EXCLUDED_ERROR_KINDS
 from skillevo.core.tasks import Task
+from skillevo.files import safefs
+from skillevo.files.digests import framed_digest, sha256_bytes
+from skillevo.files.errors import BadInput, BrokenEnvironment
 from skillevo.sandbox import SandboxSpec
 
 TAIL = 2000

@@ -42,11 +42,12 @@ from typing import Any
 from tqdm import tqdm
 
 from skillevo.bench.cell import CellResult, CellSpec
-from skillevo.core import documents, pins, safefs
-from skillevo.core.digests import KEY_ENV, canonical_json, mac_of_bytes, sha256_bytes, sha256_json
-from skillevo.core.errors import BadInput, BrokenEnvironment
+from skillevo.core import pins
 from skillevo.core.results import EXCLUDED_ERROR_KINDS, check_row, check_row_transcripts
-from skillevo.core.schemas import validate
+from skillevo.files import documents, safefs
+from skillevo.files.digests import KEY_ENV, canonical_json, mac_of_bytes, sha256_bytes, sha256_json
+from skillevo.files.errors import BadInput, BrokenEnvironment
+from skillevo.files.schemas import validate
 
 FORMAT = "skillevo-cell/2"  # an entry: `FORMAT <mac or UNKEYED>\n` then gzip-compressed canonical JSON
 MAGIC = FORMAT.encode() + b" "

@@ -24,8 +24,8 @@ from defusedxml import ElementTree
 from defusedxml.common import DefusedXmlException
 
 from skillevo import sandbox
-from skillevo.core import safefs
-from skillevo.core.errors import BadInput
+from skillevo.files import safefs
+from skillevo.files.errors import BadInput
 from skillevo.sandbox import Mount, SandboxSpec
 
 PYBOOT = Path(__file__).resolve().parent / "pyboot"

@@ -18,8 +18,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from skillevo.core import safefs
-from skillevo.core.errors import BadInput
+from skillevo.files import safefs
+from skillevo.files.errors import BadInput
 
 ALWAYS_EXCLUDED = (".claude", ".git")
 MAX_DIFF_BYTES = 1 << 20  # per file; larger files are listed, not diffed

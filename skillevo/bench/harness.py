@@ -16,7 +16,7 @@ import subprocess
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
-from skillevo.core.digests import framed_digest, sha256_json
+from skillevo.files.digests import framed_digest, sha256_json
 
 ROOT = Path(__file__).resolve().parents[2]  # the checkout, or site-packages: paths below are the same in both
 PACKAGES = ("skillevo",)
@@ -25,7 +25,7 @@ BENCH_SCRIPT = f"{STAGES}/bench.py"
 SIMULATOR = "skillevo/simulator/"  # the offline model: a backend, not the engine (engine_digest)
 # Files a module reads at run time besides its imports.
 DATA = {
-    "skillevo/core/schemas.py": {"skillevo/schemas"},  # every schema is in the registry (schemas refer to each other)
+    "skillevo/files/schemas.py": {"skillevo/schemas"},  # every schema is in the registry (schemas refer to each other)
     "skillevo/sandbox/bwrap.py": {"skillevo/sandbox/launch.sh"},
     "skillevo/propose.py": {"skillevo/prompts/propose.md"},
     "skillevo/bench/checks.py": {"skillevo/bench/pyboot/sitecustomize.py", "skillevo/bench/pyboot/pytest.ini"},

@@ -11,9 +11,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from skillevo.core import layout, safefs
+from skillevo.core import layout
 from skillevo.core.arms import Arm, McpServer
-from skillevo.core.errors import BadInput
+from skillevo.files import safefs
+from skillevo.files.errors import BadInput
 from skillevo.sandbox import Mount
 
 MAX_BYTES = 4 << 20  # one server's files, as for an overlay or a comparator

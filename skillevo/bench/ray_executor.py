@@ -46,7 +46,7 @@ from skillevo.bench.cell import CellResult, CellSpec, infra_error, run_cell
 from skillevo.bench.executor import OnResult
 from skillevo.core import models
 from skillevo.core.config import BenchParams
-from skillevo.core.errors import BrokenEnvironment
+from skillevo.files.errors import BrokenEnvironment
 
 log = logging.getLogger(__name__)
 

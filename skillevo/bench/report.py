@@ -9,9 +9,10 @@ from collections.abc import Iterable, Mapping, Set
 from pathlib import Path
 from typing import Any
 
-from skillevo.core import layout, safefs
+from skillevo.core import layout
 from skillevo.core.arms import is_baseline
 from skillevo.core.results import EXCLUDED_ERROR_KINDS, aggregate
+from skillevo.files import safefs
 
 MCP_TOOL = re.compile(r"\bmcp__[A-Za-z0-9_-]+__[A-Za-z0-9_-]+")
 

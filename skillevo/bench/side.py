@@ -28,16 +28,17 @@ from skillevo.bench.executor import Executor, LocalExecutor
 from skillevo.bench.report import write_report
 from skillevo.bench.reruns import Payer
 from skillevo.bench.sideplan import SidePlan, build_cells
-from skillevo.core import controls, digests, documents, layout, models, price, safefs, sampling
+from skillevo.core import controls, layout, models, price, sampling
 from skillevo.core.config import BenchParams, Params
-from skillevo.core.digests import canonical_json, framed_digest, sha256_bytes, sha256_json
-from skillevo.core.errors import BadInput, BrokenEnvironment, Interrupted
 from skillevo.core.results import (
     EXCLUDED_ERROR_KINDS,
     SYSTEMIC_ERROR_KINDS,
     served_models,
 )
-from skillevo.core.schemas import validate
+from skillevo.files import digests, documents, safefs
+from skillevo.files.digests import canonical_json, framed_digest, sha256_bytes, sha256_json
+from skillevo.files.errors import BadInput, BrokenEnvironment, Interrupted
+from skillevo.files.schemas import validate
 
 
 class Outage(BrokenEnvironment):

@@ -18,14 +18,15 @@ from skillevo.bench.cell import CellSpec
 from skillevo.core import arms as arms_mod
 from skillevo.core import comparators as comparators_mod
 from skillevo.core import controls as controls_mod
-from skillevo.core import documents, frontmatter, layout, models, placeholder, safefs, sampling
+from skillevo.core import frontmatter, layout, models, placeholder, sampling
 from skillevo.core import modes as modes_mod
 from skillevo.core import overlay as overlay_mod
 from skillevo.core import tasks as tasks_mod
 from skillevo.core.config import BenchParams, Params
-from skillevo.core.errors import BadInput
 from skillevo.core.results import SIDES, load_side
-from skillevo.core.schemas import validate
+from skillevo.files import documents, safefs
+from skillevo.files.errors import BadInput
+from skillevo.files.schemas import validate
 from skillevo.stats import betting
 
 MAX_OVERLAY_BYTES = 8 << 20

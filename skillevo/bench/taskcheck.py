@@ -14,10 +14,10 @@ from pathlib import Path
 
 from skillevo import sandbox
 from skillevo.bench import checks, workspace
-from skillevo.core import safefs
 from skillevo.core.config import Params
-from skillevo.core.errors import BadInput
 from skillevo.core.tasks import Task
+from skillevo.files import safefs
+from skillevo.files.errors import BadInput
 from skillevo.sandbox import SandboxSpec
 
 

@@ -17,9 +17,9 @@ import tarfile
 from collections.abc import Collection, Mapping
 from pathlib import Path
 
-from skillevo.core import archives
-from skillevo.core.errors import BadInput, BrokenEnvironment
 from skillevo.core.tasks import Task, agent_config, archive, dir_entries, solved_changes
+from skillevo.files import archives
+from skillevo.files.errors import BadInput, BrokenEnvironment
 
 _GIT_ENV = {
     "GIT_CONFIG_NOSYSTEM": "1", "GIT_CONFIG_GLOBAL": "/dev/null", "GIT_TERMINAL_PROMPT": "0",

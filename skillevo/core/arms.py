@@ -20,8 +20,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from skillevo.core.comparators import Comparator
-from skillevo.core.errors import BadInput
 from skillevo.core.layout import candidate_arm
+from skillevo.files.errors import BadInput
 
 AUTO = "auto"  # the model chooses from the descriptions
 NONE = "none"  # no skill installed: the baseline

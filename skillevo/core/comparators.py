@@ -15,8 +15,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from skillevo.core import frontmatter, layout, safefs
-from skillevo.core.errors import BadInput, BrokenEnvironment
+from skillevo.core import frontmatter, layout
+from skillevo.files import safefs
+from skillevo.files.errors import BadInput, BrokenEnvironment
 
 MAX_BYTES = 4 << 20  # the whole set, as for an overlay
 MAX_FILES = 1000

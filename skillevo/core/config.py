@@ -16,12 +16,13 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any, TypeVar
 
-from skillevo.core import documents, layout, models
+from skillevo.core import layout, models
 from skillevo.core.arms import Arm, McpServer, Session, check_shapes
 from skillevo.core.comparators import Comparator
-from skillevo.core.errors import BadInput
 from skillevo.core.limits import Limits
-from skillevo.core.schemas import fill_defaults, load_schema, validate
+from skillevo.files import documents
+from skillevo.files.errors import BadInput
+from skillevo.files.schemas import fill_defaults, load_schema, validate
 
 SCHEMA = "params"
 MAX_PARAMS_BYTES = 1 << 20

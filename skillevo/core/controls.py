@@ -33,10 +33,10 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from skillevo.core.digests import KEY_ENV, mac_of, team_key
-from skillevo.core.errors import BadInput
 from skillevo.core.events import USAGE_FIELDS
 from skillevo.core.results import is_excluded
+from skillevo.files.digests import KEY_ENV, mac_of, team_key
+from skillevo.files.errors import BadInput
 
 SLACK_S = 30.0
 RULE = "(rule: contemporaneous controls)"

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from skillevo.core.config import LOOKS_READ_FROM_GATE
-from skillevo.core.errors import InternalError
+from skillevo.files.errors import InternalError
 
 # Typed attributes whose YAML key differs, and properties with the keys they are computed from
 ALIASES = {"skills.skills": ("skills.paths.skills",), "skills.mirrors": ("skills.paths.mirrors",),

@@ -16,9 +16,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, overload
 
-from skillevo.core import documents
-from skillevo.core.errors import BadInput
-from skillevo.core.schemas import load_schema
+from skillevo.files import documents
+from skillevo.files.errors import BadInput
+from skillevo.files.schemas import load_schema
 
 _SKILL_NAME = load_schema("common")["$defs"]["skill_name"]  # one definition: params refuse what this refuses
 MAX_NAME = _SKILL_NAME["maxLength"]

@@ -9,9 +9,10 @@ from __future__ import annotations
 from collections.abc import Collection, Iterable, Mapping
 from pathlib import Path
 
-from skillevo.core import frontmatter, safefs
-from skillevo.core.digests import framed_digest
-from skillevo.core.errors import BadInput
+from skillevo.core import frontmatter
+from skillevo.files import safefs
+from skillevo.files.digests import framed_digest
+from skillevo.files.errors import BadInput
 
 SKILL_FILE = "SKILL.md"
 MAX_SKILL_FILE_BYTES = 256 << 10

@@ -18,9 +18,10 @@ from collections.abc import Collection, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from skillevo.core import documents, layout, safefs
-from skillevo.core.digests import sha256_bytes
-from skillevo.core.schemas import validate
+from skillevo.core import layout
+from skillevo.files import documents, safefs
+from skillevo.files.digests import sha256_bytes
+from skillevo.files.schemas import validate
 
 SCHEMA = "rejected"
 REJECTED_FILE = "rejected.json"  # in previous/memory/ and in the evidence bundle

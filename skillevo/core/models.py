@@ -20,7 +20,6 @@ from datetime import date
 from typing import Any
 from urllib.parse import urlsplit
 
-from skillevo.core.errors import BadInput, BrokenEnvironment
 from skillevo.core.events import USAGE_FIELDS
 from skillevo.core.pins import (
     CLAUDE_CODE_VERSION,
@@ -31,6 +30,7 @@ from skillevo.core.pins import (
     OPENAI_MODELS,
     PRICE_TIERS,
 )
+from skillevo.files.errors import BadInput, BrokenEnvironment
 
 log = logging.getLogger(__name__)
 

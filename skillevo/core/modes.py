@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from skillevo.core import documents
-from skillevo.core.errors import BadInput
+from skillevo.files import documents
+from skillevo.files.errors import BadInput
 
 SCHEMA_VERSION = 1
 

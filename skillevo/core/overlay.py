@@ -14,9 +14,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from skillevo.core import frontmatter, layout, markdown, safefs
-from skillevo.core.errors import BadInput
+from skillevo.core import frontmatter, layout, markdown
 from skillevo.core.oracle_guard import OracleGuard
+from skillevo.files import safefs
+from skillevo.files.errors import BadInput
 
 PRIVILEGED_FRONTMATTER = "privileged-frontmatter"  # a propose.allow value
 # A proposer that finds nothing in the evidence to change writes only proposal.md, headed so, and no overlay: the

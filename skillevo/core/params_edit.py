@@ -10,7 +10,8 @@ from typing import Any
 
 import yaml
 
-from skillevo.core import config, safefs
+from skillevo.core import config
+from skillevo.files import safefs
 
 
 def set_value(path: str | Path, section_name: str, key: str, value: Any) -> None:

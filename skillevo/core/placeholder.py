@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from skillevo.core.errors import BadInput
 from skillevo.core.tasks import Task
+from skillevo.files.errors import BadInput
 
 PLACEHOLDER_CLASS = "example"  # the class of the task `skillevo init` writes to be replaced (skillevo.check: a to-do)
 

@@ -28,8 +28,8 @@ from tqdm import tqdm
 
 from skillevo.core import sampling
 from skillevo.core.config import Policy, SamplingParams
-from skillevo.core.errors import BadInput
 from skillevo.core.results import is_excluded
+from skillevo.files.errors import BadInput
 from skillevo.stats import betting
 
 DRAWS = 200  # simulated candidate sides per arm: a standard error of at most 0.035 on the stated power

@@ -21,7 +21,7 @@ from collections import Counter
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from skillevo.core.errors import BadInput
+from skillevo.files.errors import BadInput
 
 PREFIX = "Predicted improvement:"
 _LINE = re.compile(rf"^[ \t]*{re.escape(PREFIX)}(.*)$", re.M | re.I)

@@ -14,8 +14,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from skillevo.core import safefs, sampling
-from skillevo.core.errors import BadInput
+from skillevo.core import sampling
+from skillevo.files import safefs
+from skillevo.files.errors import BadInput
 
 # Per session, when nothing measured is at hand: the offline simulator (no money; a few seconds on 2 cores, as the
 # demo's cells take) and a real model (a coding session of some ten turns on a Sonnet-class model).

@@ -17,12 +17,13 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from skillevo.core import documents, models, safefs
-from skillevo.core.digests import sha256_bytes
-from skillevo.core.errors import BadInput
+from skillevo.core import models
 from skillevo.core.events import STOPPED, USAGE_FIELDS
 from skillevo.core.layout import candidate_arm
-from skillevo.core.schemas import load_schema, validate
+from skillevo.files import documents, safefs
+from skillevo.files.digests import sha256_bytes
+from skillevo.files.errors import BadInput
+from skillevo.files.schemas import load_schema, validate
 
 _ROW_DEFS = load_schema("result-row")["$defs"]
 

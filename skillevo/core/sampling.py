@@ -19,8 +19,8 @@ from typing import Any
 
 from skillevo import stats
 from skillevo.core.config import Policy, SamplingParams
-from skillevo.core.errors import BadInput
 from skillevo.core.results import is_excluded
+from skillevo.files.errors import BadInput
 from skillevo.stats import betting
 
 PROMOTE, FUTILITY, CONTINUE = "stop-promote", "stop-futility", "continue"

@@ -2,7 +2,7 @@
 
 A user never sees a traceback for bad input or for a missing or broken environment: a SkillevoError, a full
 disk, a permission problem or an interrupt becomes one line on stderr (`<stage>: <kind>: <message>`, the
-message naming the file, the key or line, and the rule) and the exit code of its class (skillevo.core.errors). A
+message naming the file, the key or line, and the rule) and the exit code of its class (skillevo.files.errors). A
 traceback is left only for what nobody anticipated: a bug, which should be reported.
 """
 
@@ -21,7 +21,7 @@ from pathlib import Path
 from skillevo.core import config
 from skillevo.core.config import Params
 from skillevo.core.declared import Declared, guard
-from skillevo.core.errors import (
+from skillevo.files.errors import (
     BadInput,
     BrokenEnvironment,
     InternalError,

@@ -22,10 +22,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from skillevo.core import documents, safefs
-from skillevo.core.digests import framed_digest, sha256_bytes, sha256_json, sha256_text
-from skillevo.core.errors import BadInput
-from skillevo.core.schemas import fill_defaults, load_schema, validate
+from skillevo.files import documents, safefs
+from skillevo.files.digests import framed_digest, sha256_bytes, sha256_json, sha256_text
+from skillevo.files.errors import BadInput
+from skillevo.files.schemas import fill_defaults, load_schema, validate
 
 MAX_TASKS_BYTES = 4 << 20
 MAX_ORACLE_FILE = 512 << 10

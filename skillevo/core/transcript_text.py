@@ -12,8 +12,9 @@ import json
 from collections.abc import Iterator
 from typing import Any
 
-from skillevo.core import events, safefs
-from skillevo.core.errors import BadInput
+from skillevo.core import events
+from skillevo.files import safefs
+from skillevo.files.errors import BadInput
 
 WIDTH = 300  # characters of a tool's input or result shown; `skillevo show --full` shows them whole
 

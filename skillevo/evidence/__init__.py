@@ -24,7 +24,6 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from skillevo.core import safefs
 from skillevo.core import tasks as tasks_mod
 from skillevo.core.config import Params
 from skillevo.core.memory import REJECTED_FILE
@@ -45,6 +44,7 @@ from skillevo.evidence.inputs import (
     load_previous,
     load_seed,
 )
+from skillevo.files import safefs
 
 BUNDLE_ENTRIES = frozenset({MANIFEST, "rows.json", "learnings.json", "gate-summary.json", "prior-proposal.md",
                             REJECTED_FILE, "transcripts", "patches"})

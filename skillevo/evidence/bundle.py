@@ -21,15 +21,12 @@ from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from skillevo.core import documents, prediction
+from skillevo.core import prediction
 from skillevo.core.config import EvidenceParams, evidence_limits
-from skillevo.core.digests import sha256_bytes
-from skillevo.core.errors import BadInput
 from skillevo.core.memory import REJECTED_FILE
 from skillevo.core.oracle_guard import OracleGuard
 from skillevo.core.redact import leaks, redact_obj, redact_text
 from skillevo.core.results import ArtifactMismatch, is_excluded, read_artifact
-from skillevo.core.schemas import validate
 from skillevo.evidence.compact import compact_jsonl, compact_text, redact_jsonl
 from skillevo.evidence.inputs import (
     LEARNING_KEYS,
@@ -38,6 +35,10 @@ from skillevo.evidence.inputs import (
     SourceRow,
     priority_key,
 )
+from skillevo.files import documents
+from skillevo.files.digests import sha256_bytes
+from skillevo.files.errors import BadInput
+from skillevo.files.schemas import validate
 
 MANIFEST = "manifest.json"
 

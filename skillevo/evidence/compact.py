@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from skillevo.core import documents
-from skillevo.core.digests import canonical_json
 from skillevo.core.redact import redact_obj
+from skillevo.files import documents
+from skillevo.files.digests import canonical_json
 
 ELIDE_STRING_CHARS = 4096  # in an over-long transcript, longer strings keep only head and tail
 

@@ -11,11 +11,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from skillevo.core import documents, memory, safefs
-from skillevo.core.digests import sha256_bytes
-from skillevo.core.errors import BadInput
+from skillevo.core import memory
 from skillevo.core.results import BENCH_FILE, SIDES, cell_name, read_rows
-from skillevo.core.schemas import validate
+from skillevo.files import documents, safefs
+from skillevo.files.digests import sha256_bytes
+from skillevo.files.errors import BadInput
+from skillevo.files.schemas import validate
 
 MAX_SOURCE_BYTES = 64 << 20  # refuse to even read an input larger than this
 LEARNING_KEYS = frozenset({"skill", "date", "task", "friction", "suggestion"})

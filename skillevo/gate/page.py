@@ -24,9 +24,10 @@ from itertools import chain
 from pathlib import Path
 from typing import Any
 
-from skillevo.core import memory, prediction, safefs, transcript_text
-from skillevo.core.errors import BadInput
+from skillevo.core import memory, prediction, transcript_text
 from skillevo.core.results import EXCLUDED_ERROR_KINDS, Side, cell_name, read_artifact, side_totals
+from skillevo.files import safefs
+from skillevo.files.errors import BadInput
 from skillevo.gate.report import (
     ESTIMAND,
     NO_PROPOSAL_LINE,

@@ -12,9 +12,8 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from skillevo.core import controls, documents, overlay, prediction, safefs, sampling
+from skillevo.core import controls, overlay, prediction, sampling
 from skillevo.core.config import Policy, SamplingParams, section
-from skillevo.core.errors import BadInput
 from skillevo.core.layout import incumbent_arm_of
 from skillevo.core.results import (
     EXCLUDED_ERROR_KINDS,
@@ -26,7 +25,9 @@ from skillevo.core.results import (
     sequential_record,
     served_models,
 )
-from skillevo.core.schemas import first_error, schema_validator, validate
+from skillevo.files import documents, safefs
+from skillevo.files.errors import BadInput
+from skillevo.files.schemas import first_error, schema_validator, validate
 from skillevo.gate import looks
 from skillevo.gate.policy import decide, decide_arm
 from skillevo.gate.verdict import PROMOTE

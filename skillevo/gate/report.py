@@ -14,8 +14,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from skillevo.core import documents, prediction, safefs
+from skillevo.core import prediction
 from skillevo.core.results import Side, side_totals
+from skillevo.files import documents, safefs
 from skillevo.gate import figures
 from skillevo.gate.verdict import INSUFFICIENT_EVIDENCE, KEEP_INCUMBENT, PROMOTE
 from skillevo.stats import bound_text, improvement_text, p_text

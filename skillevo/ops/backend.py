@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 from skillevo.core import config, layout, params_edit
-from skillevo.core.errors import BadInput
+from skillevo.files.errors import BadInput
 
 OFFLINE: dict[str, dict[str, str | None]] = {
     "simulator": {"backend": "simulator", "name": "claude-sonnet-4-6", "upstream": None},

@@ -16,7 +16,8 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from skillevo.bench import cellstore, harness
-from skillevo.core import digests, layout, stage
+from skillevo.core import layout, stage
+from skillevo.files import digests
 
 
 def _parser() -> argparse.ArgumentParser:

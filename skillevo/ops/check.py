@@ -16,7 +16,7 @@ from typing import Any
 from skillevo import check, sandbox
 from skillevo.bench import taskcheck
 from skillevo.core import arms, layout, placeholder, price, stage, tasks
-from skillevo.core.errors import BadInput
+from skillevo.files.errors import BadInput
 
 
 def _placeholders(tasks_file: Path, params: object) -> list[str]:

@@ -23,8 +23,9 @@ from pathlib import Path
 from typing import Any
 
 from skillevo.bench import cellstore
-from skillevo.core import digests, documents, dvcfiles, layout, stage
-from skillevo.core.errors import BrokenEnvironment
+from skillevo.core import layout, stage
+from skillevo.files import digests, documents, dvcfiles
+from skillevo.files.errors import BrokenEnvironment
 
 DAY_S = 86400
 

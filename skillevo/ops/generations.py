@@ -30,9 +30,10 @@ from pathlib import Path
 from typing import Any
 
 from skillevo import stats
-from skillevo.core import config, documents, layout, memory, params_edit, prediction, safefs, stage
-from skillevo.core.digests import sha256_file
-from skillevo.core.errors import BadInput, SkillevoError
+from skillevo.core import config, layout, memory, params_edit, prediction, stage
+from skillevo.files import documents, safefs
+from skillevo.files.digests import sha256_file
+from skillevo.files.errors import BadInput, SkillevoError
 from skillevo.gate import family
 
 RESULTS, PREVIOUS, MEMORY = layout.RESULTS, layout.PREVIOUS, layout.MEMORY

@@ -27,9 +27,10 @@ from pathlib import Path
 
 import yaml
 
-from skillevo.core import config, layout, modes, placeholder, safefs, sampling, stage
-from skillevo.core.errors import BadInput, BrokenEnvironment
-from skillevo.core.schemas import fill_defaults, load_schema
+from skillevo.core import config, layout, modes, placeholder, sampling, stage
+from skillevo.files import safefs
+from skillevo.files.errors import BadInput, BrokenEnvironment
+from skillevo.files.schemas import fill_defaults, load_schema
 
 TEMPLATE = Path(__file__).resolve().parents[1] / "template"  # pipeline.yaml: DVC collects any file named dvc.yaml
 EXAMPLE_ORACLE = '''"""The hidden check of the example task: replace it with tests that pass only once the task is done.

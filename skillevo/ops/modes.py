@@ -13,8 +13,9 @@ import argparse
 import sys
 from pathlib import Path
 
-from skillevo.core import layout, safefs, stage
+from skillevo.core import layout, stage
 from skillevo.core.modes import check, render
+from skillevo.files import safefs
 
 
 def parser() -> argparse.ArgumentParser:

@@ -18,7 +18,7 @@ import sys
 from pathlib import Path
 
 from skillevo.core import layout, stage
-from skillevo.core.errors import BadInput
+from skillevo.files.errors import BadInput
 
 RUNS = layout.RESULTS / "run"
 

@@ -13,7 +13,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-from skillevo.core import errors, layout, safefs, stage
+from skillevo.core import layout, stage
+from skillevo.files import errors, safefs
 
 # what dvc_render.vega loads from the CDN, in load order
 LIBRARIES = ("vega/build/vega.min.js", "vega-lite/build/vega-lite.min.js", "vega-embed/build/vega-embed.min.js")

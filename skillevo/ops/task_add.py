@@ -30,8 +30,9 @@ from pathlib import Path
 
 import yaml
 
-from skillevo.core import layout, placeholder, safefs, stage, tasks
-from skillevo.core.errors import BadInput
+from skillevo.core import layout, placeholder, stage, tasks
+from skillevo.files import safefs
+from skillevo.files.errors import BadInput
 
 TEST_FILE = re.compile(r"(^|/)(tests?/.*\.py|test_[^/]*\.py|[^/]*_test\.py)$")
 MAX_ORACLE_BYTES = 1 << 20

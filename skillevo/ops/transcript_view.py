@@ -16,9 +16,10 @@ import os
 import sys
 from pathlib import Path
 
-from skillevo.core import safefs, stage
-from skillevo.core.errors import BadInput
+from skillevo.core import stage
 from skillevo.core.transcript_text import WIDTH, lines, parse
+from skillevo.files import safefs
+from skillevo.files.errors import BadInput
 
 __all__ = ["WIDTH", "lines", "main", "parse", "run", "transcripts"]
 

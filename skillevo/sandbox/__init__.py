@@ -16,8 +16,8 @@ import tempfile
 import threading
 from pathlib import Path
 
-from skillevo.core.errors import BrokenEnvironment
 from skillevo.core.limits import Limits
+from skillevo.files.errors import BrokenEnvironment
 from skillevo.sandbox import process
 from skillevo.sandbox.bwrap import (
     HOME,

@@ -27,8 +27,8 @@ from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from skillevo.core.errors import BadInput
 from skillevo.core.events import USAGE_FIELDS
+from skillevo.files.errors import BadInput
 
 ALLOWED_PATHS = ("/v1/messages", "/v1/messages/count_tokens")
 HARNESS_HEADER_PREFIX = "x-skillevo-"  # the relay's own headers (the route behind a gateway), never the CLI's

@@ -24,7 +24,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from skillevo.core.limits import Limits
-from skillevo.core.safefs import allocated  # by directory fd: a flood hidden past PATH_MAX still counts
+from skillevo.files.safefs import allocated  # by directory fd: a flood hidden past PATH_MAX still counts
 
 _PAGE = os.sysconf("SC_PAGE_SIZE")
 _TICK = os.sysconf("SC_CLK_TCK")

@@ -20,8 +20,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from skillevo.core import documents
-from skillevo.core.schemas import InvalidDocument, validate
+from skillevo.files import documents
+from skillevo.files.schemas import InvalidDocument, validate
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,7 @@ from pathlib import Path
 from skillevo.apply import ApplyPaths, Fault, apply_promotion, revert
 from skillevo.core import layout, stage
 from skillevo.core.declared import Declared
-from skillevo.core.errors import BadInput
+from skillevo.files.errors import BadInput
 
 EPILOG = """\
 beside --receipt: receipt.json (what was replaced), originals/<sha256> (what --revert restores), and after an

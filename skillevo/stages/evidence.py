@@ -20,8 +20,8 @@ from pathlib import Path
 
 from skillevo.core import layout, stage
 from skillevo.core.declared import Declared
-from skillevo.core.errors import BadInput
 from skillevo.evidence import make_bundle, write_bundle
+from skillevo.files.errors import BadInput
 
 # the params this stage reads: `tracked` is its dvc.yaml entry's `params:` (tests/test_declared_params.py)
 PARAMS = Declared(("evidence", "skills.evolvable", "tasks", "arms"))

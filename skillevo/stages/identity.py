@@ -18,8 +18,9 @@ from pathlib import Path
 from typing import Any
 
 from skillevo.bench import harness
-from skillevo.core import documents, layout, safefs, stage
+from skillevo.core import layout, stage
 from skillevo.core.declared import Declared
+from skillevo.files import documents, safefs
 
 # the params this stage reads: `tracked` is its dvc.yaml entry's `params:` (tests/test_declared_params.py)
 PARAMS = Declared(("arms",))

@@ -15,9 +15,10 @@ import dataclasses
 import sys
 from pathlib import Path
 
-from skillevo.core import documents, layout, planned, safefs, sampling, stage, tasks
+from skillevo.core import layout, planned, sampling, stage, tasks
 from skillevo.core.declared import Declared
 from skillevo.core.results import load_side
+from skillevo.files import documents, safefs
 
 # the params this stage reads: `tracked` is its dvc.yaml entry's `params:` (tests/test_declared_params.py)
 PARAMS = Declared(("sampling", "tasks", "gate.metric", "gate.alpha", "gate.min_improvement_pct",

@@ -18,7 +18,7 @@ from pathlib import Path
 from skillevo import backends, propose
 from skillevo.core import layout, overlay, stage
 from skillevo.core.declared import Declared
-from skillevo.core.errors import BrokenEnvironment
+from skillevo.files.errors import BrokenEnvironment
 
 # the params this stage reads: `tracked` is its dvc.yaml entry's `params:` (tests/test_declared_params.py)
 PARAMS = Declared(("model", "propose", "skills.evolvable", "skills.frontmatter_keys"),

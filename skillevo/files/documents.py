@@ -14,8 +14,8 @@ from typing import Any, AnyStr
 
 import yaml
 
-from skillevo.core import safefs
-from skillevo.core.errors import BadInput
+from skillevo.files import safefs
+from skillevo.files.errors import BadInput
 
 MAX_YAML_BYTES = 4 << 20
 MAX_JSON_BYTES = 64 << 20

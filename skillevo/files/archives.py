@@ -7,7 +7,7 @@ import posixpath
 import tarfile
 from pathlib import Path
 
-from skillevo.core.errors import BadInput
+from skillevo.files.errors import BadInput
 
 
 def extract_tar(tar: tarfile.TarFile, dest: str | Path, members: list[tarfile.TarInfo], where: str) -> None:

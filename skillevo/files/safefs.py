@@ -14,7 +14,7 @@ import stat
 from collections.abc import Callable, Collection, Iterator, Mapping
 from pathlib import Path
 
-from skillevo.core.errors import BadInput
+from skillevo.files.errors import BadInput
 
 DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC

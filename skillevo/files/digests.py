@@ -10,7 +10,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from skillevo.core.errors import BrokenEnvironment
+from skillevo.files.errors import BrokenEnvironment
 
 
 def sha256_bytes(data: bytes) -> str:

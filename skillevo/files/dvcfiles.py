@@ -8,8 +8,8 @@ import os
 from pathlib import Path
 from typing import Any
 
-from skillevo.core import documents
-from skillevo.core.errors import BadInput
+from skillevo.files import documents
+from skillevo.files.errors import BadInput
 
 LOCK = "dvc.lock"
 

@@ -17,7 +17,7 @@ from typing import Any
 import jsonschema
 from referencing import Registry, Resource
 
-from skillevo.core.errors import BadInput, one_line
+from skillevo.files.errors import BadInput, one_line
 
 SCHEMA_DIR = Path(__file__).resolve().parents[1] / "schemas"
 BASE_URI = "https://skillevo.invalid/schemas/"
