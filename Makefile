@@ -85,7 +85,7 @@ endif
 repro: setup
 	$(DVC) repro
 
-# Everything that can be known wrong before any money is spent, one line per problem (skillevo/check.py).
+# Everything that can be known wrong before any money is spent, one line per problem (skillevo/readiness.py).
 check: setup
 	$(VENV)/bin/skillevo check
 

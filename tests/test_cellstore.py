@@ -348,7 +348,7 @@ def test_a_real_backends_bench_propose_and_check_import_no_simulator():
     """Issue 31, item 2: the simulator is one backend, imported where params choose it and nowhere else (the bench,
     the propose stage, check and the backends registry imported it on every run)."""
     code = ("import sys\n"
-            "import skillevo.bench.api, skillevo.stages.bench, skillevo.stages.propose, skillevo.check\n"
+            "import skillevo.bench.api, skillevo.stages.bench, skillevo.stages.propose, skillevo.readiness\n"
             "import skillevo.backends, skillevo.ops.one_cell\n"
             "from skillevo import backends\n"
             "from skillevo.core import models\n"

@@ -21,7 +21,7 @@ import pytest
 import yaml
 
 from skillevo.bench import cellstore, plan, run_side
-from skillevo.bench.checks import NO_REPORT
+from skillevo.bench.scoring import NO_REPORT
 from skillevo.core import config
 from skillevo.core.results import load_side
 from skillevo.evidence import make_bundle

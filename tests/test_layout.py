@@ -16,8 +16,8 @@ from pathlib import Path
 from skillevo.bench.harness import ROOT, imports, module_file
 
 PACKAGE = ROOT / "skillevo"
-NODES = {"files", "core", "backends", "agent", "sandbox", "simulator", "stats", "bench", "evidence", "gate", "apply", "ops",
-         "propose", "freeze", "check", "stages", "commands", "__main__"}
+NODES = {"files", "core", "backends", "agent", "sandbox", "simulator", "stats", "bench", "evidence", "gate", "apply",
+         "ops", "propose", "freeze", "readiness", "stages", "commands", "__main__"}
 MAX_LINES = 400
 
 

@@ -4,8 +4,8 @@
 from skillevo.bench import cellstore, harness, workspace
 from skillevo.bench.canary import drift
 from skillevo.bench.cell import CellResult, CellSpec, run_cell
-from skillevo.bench.checks import verify
 from skillevo.bench.executor import LocalExecutor
 from skillevo.bench.ray_executor import RayExecutor, RayExecutorError
+from skillevo.bench.scoring import verify
 from skillevo.bench.side import run_side, store_context
 from skillevo.bench.sideplan import SidePlan, build_cells, interleaved, plan

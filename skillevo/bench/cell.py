@@ -3,7 +3,7 @@
 Phases: workspace (a copy of the template), setup, the arm's sessions (skills over-mounted read-only and
 re-checked after each; every session runs even when an earlier one failed, so a failing arm's cost is never
 artificially small), churn and patch (skillevo.bench.churn: the harness's own view of the tree), verify and the
-hidden oracle (skillevo.bench.checks). Every phase runs under the cell's limits (skillevo.core.limits).
+hidden oracle (skillevo.bench.scoring). Every phase runs under the cell's limits (skillevo.core.limits).
 
 The first failure names the row's error kind (schemas/result-row.schema.json): anything the agent's actions can
 cause — a failed check, a limit or timeout it ran into, a plan session that edited code, a session that left no
@@ -30,7 +30,7 @@ from typing import Any
 from skillevo import backends, sandbox
 from skillevo.agent import SessionSpec, run_session
 from skillevo.backends import SessionRef
-from skillevo.bench import checks, churn, mcpservers, workspace
+from skillevo.bench import churn, mcpservers, scoring, workspace
 from skillevo.core.arms import Arm
 from skillevo.core.events import USAGE_FIELDS
 from skillevo.core.limits import Limits
@@ -241,13 +241,13 @@ def _checks(spec: CellSpec, ws: Path, private: Path, row: dict, cancel: threadin
     """Verify, then the hidden oracle; how long the oracle took goes to `unrecorded["oracle_s"]`, even when it
     raises, and must never be recorded."""
     with _Timer(row, "verify_s"):
-        verify = checks.verify(spec.task.verify, ws, private / "verify", timeout_s=spec.phase_timeout_s,
+        verify = scoring.verify(spec.task.verify, ws, private / "verify", timeout_s=spec.phase_timeout_s,
                                limits=spec.limits, cancel=cancel)
     row["verify_passed"] = verify.passed
     row["verify_tail"] = redact_text(verify.output.decode(errors="replace"))[-TAIL:]
     start = time.monotonic()
     try:
-        oracle = checks.oracle(spec.task.oracle_command, spec.task.oracle_files, spec.task.binding["oracle_tests"],
+        oracle = scoring.oracle(spec.task.oracle_command, spec.task.oracle_files, spec.task.binding["oracle_tests"],
                                ws, private / "oracle", timeout_s=spec.phase_timeout_s, limits=spec.limits,
                                cancel=cancel)
     finally:

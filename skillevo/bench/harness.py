@@ -28,7 +28,7 @@ DATA = {
     "skillevo/files/schemas.py": {"skillevo/schemas"},  # every schema is in the registry (schemas refer to each other)
     "skillevo/sandbox/bwrap.py": {"skillevo/sandbox/launch.sh"},
     "skillevo/propose.py": {"skillevo/prompts/propose.md"},
-    "skillevo/bench/checks.py": {"skillevo/bench/pyboot/sitecustomize.py", "skillevo/bench/pyboot/pytest.ini"},
+    "skillevo/bench/scoring.py": {"skillevo/bench/pyboot/sitecustomize.py", "skillevo/bench/pyboot/pytest.ini"},
 }
 # What runs inside or around every cell besides our code: the sandbox, the relay, the checks' interpreter and test
 # runner, and the workspace's git. Each is asked for its own version (first line of output).

@@ -174,7 +174,7 @@ def write_report(path: Path, provenance: dict[str, Any], rows: list[dict[str, An
                  skills: Mapping[str, bytes] | None = None,
                  checked: Mapping[str, tuple[int, int, int]] | None = None) -> None:
     """`skills`: the family's files as the side installed them (the MCP tools they name); `checked`: what each
-    task's checks saw before the side paid (skillevo.bench.taskcheck.Stability; None: they did not run)."""
+    task's checks saw before the side paid (skillevo.bench.task_soundness.Stability; None: they did not run)."""
     files = skills or {}
     safefs.write_atomic(path, render(provenance, rows, named_mcp_tools(files.values()),
                                      layout.skill_names_in(dict(files)), checked).encode())

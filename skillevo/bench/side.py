@@ -22,7 +22,7 @@ from tqdm import tqdm
 
 from skillevo import backends, sandbox
 from skillevo.agent import cli
-from skillevo.bench import canary, cellstore, harness, taskcheck
+from skillevo.bench import canary, cellstore, harness, task_soundness
 from skillevo.bench.cell import CellResult, CellSpec
 from skillevo.bench.executor import Executor, LocalExecutor
 from skillevo.bench.report import write_report
@@ -173,14 +173,14 @@ def _publish(staging: Path, out: Path, partial: bool) -> None:
     safefs.fsync_dir(out.parent)
 
 
-def _check_tasks(p: SidePlan, params: Params, quiet: bool) -> taskcheck.Stability:
+def _check_tasks(p: SidePlan, params: Params, quiet: bool) -> task_soundness.Stability:
     """What `skillevo check` runs on each task (setup runs; verify and the oracle fail as given and pass with the
     solution, steadily over bench.check_runs runs), before the generation's first paid session: a task that measures
     nothing, or by chance, is refused, not paid for. Returns what the runs saw, for the report."""
     if not quiet:
         print(f"bench: checking {len(p.tasks)} task(s) before paying (skillevo check)", file=sys.stderr, flush=True)
-    stability: taskcheck.Stability = {}
-    problems = taskcheck.run_tasks(list(p.tasks), params, str(p.tasks_file), stability=stability)
+    stability: task_soundness.Stability = {}
+    problems = task_soundness.run_tasks(list(p.tasks), params, str(p.tasks_file), stability=stability)
     if problems:
         raise BadInput("; ".join(problems) + " (rule: check before paying)")
     return stability

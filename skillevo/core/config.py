@@ -145,7 +145,7 @@ class BenchParams:
     fault_reruns_pct: float = 50.0  # candidate side: blocks a fault spoiled measured again, % of scheduled blocks
     canary: bool = False  # a reused incumbent arm pays one stored cell again (skillevo/bench/canary.py)
     canary_tolerance: float = 1.5  # how far outside the stored runs' range a canary's metric may lie
-    check_runs: int = 3  # each task's checks, at the bug and with the solution, to find a flaky test (taskcheck)
+    check_runs: int = 3  # each task's checks, at the bug and with the solution, to find a flaky test (task_soundness)
 
 
 @dataclass(frozen=True)

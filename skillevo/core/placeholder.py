@@ -11,7 +11,7 @@ from pathlib import Path
 from skillevo.core.tasks import Task
 from skillevo.files.errors import BadInput
 
-PLACEHOLDER_CLASS = "example"  # the class of the task `skillevo init` writes to be replaced (skillevo.check: a to-do)
+PLACEHOLDER_CLASS = "example"  # the class of the task init writes to be replaced (skillevo.readiness: a to-do)
 
 
 class Placeholder(BadInput):

@@ -1,5 +1,5 @@
 """`skillevo check` (`make check`): everything that can be known wrong before any money is spent, one line per
-problem (skillevo/check.py says what is checked). Exit 0 when nothing is, 2 when something is, 69 when the machine
+problem (skillevo/readiness.py says what is checked). Exit 0 when nothing is, 2 when something is, 69 when the machine
 cannot run the sandbox.
 
     skillevo check                 # params, tasks, skills, the gate's design, the credential, then each task
@@ -13,8 +13,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from skillevo import check, sandbox
-from skillevo.bench import taskcheck
+from skillevo import readiness, sandbox
+from skillevo.bench import task_soundness
 from skillevo.core import arms, layout, placeholder, price, stage, tasks
 from skillevo.files.errors import BadInput
 
@@ -65,12 +65,12 @@ def parser() -> argparse.ArgumentParser:
 
 
 def run(args: argparse.Namespace) -> str:
-    problems, params, loaded = check.configuration(args.params, args.tasks, args.modes, args.repo)
+    problems, params, loaded = readiness.configuration(args.params, args.tasks, args.modes, args.repo)
     todo = _placeholders(args.tasks, params)
     ran = 0
     if params is not None and loaded and not args.no_tasks:
         sandbox.preflight()
-        problems += taskcheck.run_tasks(loaded, params, str(args.tasks),
+        problems += task_soundness.run_tasks(loaded, params, str(args.tasks),
                                     on_task=lambda t: print(f"check: task {t.id} ...", file=sys.stderr, flush=True))
         ran = len(loaded)
     for line in _price(params, loaded):

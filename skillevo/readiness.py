@@ -1,6 +1,6 @@
 """What can be known wrong before any money is spent: `skillevo check` runs it all; the bench runs the plan's part
 (sideplan.plan: the family, its modes, the arms' and evolvable skills) and, before its first paid session, the task
-checks (skillevo.bench.taskcheck).
+checks (skillevo.bench.task_soundness).
 
 Each problem is one line that names the file (and key) and the rule, so a user fixes them all in one pass instead
 of paying for a bench that a freeze, a gate or a missing key stops later:

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from skillevo import sandbox
-from skillevo.bench import checks, workspace
+from skillevo.bench import scoring, workspace
 from skillevo.core.config import Params
 from skillevo.core.tasks import Task
 from skillevo.files import safefs
@@ -27,7 +27,7 @@ class Outcomes:
 
     setup: str | None  # why setup failed (first run), or None
     verify: tuple[bool, ...]
-    oracle: tuple[checks.Oracle, ...]
+    oracle: tuple[scoring.Oracle, ...]
 
     def flaky(self) -> list[str]:
         """One phrase per check whose outcome differed between the runs, naming each test and what it did."""
@@ -74,9 +74,9 @@ def _checks(task: Task, params: Params, tree: Path, scratch: Path) -> Outcomes:
             if done.state != "exited" or done.returncode != 0:
                 tail = done.stderr_tail.decode(errors="replace").strip().splitlines()[-1:] or [done.state]
                 return Outcomes(f"{done.state}, exit {done.returncode}: {tail[0][:200]}", (False,),
-                                (checks.Oracle("error"),))
-        verified.append(checks.verify(task.verify, ws, private / "verify", timeout_s=timeout, limits=limits).passed)
-        oracles.append(checks.oracle(task.oracle_command, task.oracle_files, task.binding["oracle_tests"], ws,
+                                (scoring.Oracle("error"),))
+        verified.append(scoring.verify(task.verify, ws, private / "verify", timeout_s=timeout, limits=limits).passed)
+        oracles.append(scoring.oracle(task.oracle_command, task.oracle_files, task.binding["oracle_tests"], ws,
                                      private / "oracle", timeout_s=timeout, limits=limits))
         safefs.remove_tree(scratch / f"run{run}")
     return Outcomes(None, tuple(verified), tuple(oracles))

@@ -1,5 +1,5 @@
-"""The verify and oracle phases: run the task's checks with tools the workspace cannot replace, and read the
-hidden oracle's outcome from a report, not from an exit status.
+"""Scoring a run, in the verify and oracle phases: run the task's checks with tools the workspace cannot replace,
+and read the hidden oracle's outcome from a report, not from an exit status.
 
 Both phases run read-only, without network, with a hardened interpreter: PYTHONSAFEPATH keeps the workspace off
 the front of sys.path (the harness's sitecustomize appends it after site-packages, and loads the workspace's
@@ -39,8 +39,8 @@ _PARAMS = re.compile(r"\[.*\]$", re.S)
 
 
 # What a check could read as entropy, the same in every run (the locale is base_env's C.UTF-8): a test that still
-# differs between identical runs is flaky in itself (skillevo.bench.taskcheck), never because of the clock's zone or
-# the string hash seed
+# differs between identical runs is flaky in itself (skillevo.bench.task_soundness), never because of the clock's
+# zone or the string hash seed
 PINNED = {"TZ": "UTC", "PYTHONHASHSEED": "0"}
 
 

@@ -7,7 +7,7 @@ import subprocess
 
 import pytest
 
-from skillevo.bench.checks import (
+from skillevo.bench.scoring import (
     HOW,
     NO_REPORT,
     PYBOOT,
@@ -110,7 +110,7 @@ def test_an_oracle_file_named_like_a_workspace_test_module_is_the_one_that_runs(
     workspace's module of that name, found first on sys.path, made every such oracle a collection error ("import
     file mismatch"), and an agent could break any oracle so by naming a module after it. The oracle file is loaded
     from its own path."""
-    from skillevo.bench import checks
+    from skillevo.bench import scoring
 
     ws = tmp_path / "ws"
     (ws / "calc").mkdir(parents=True)
@@ -119,6 +119,6 @@ def test_an_oracle_file_named_like_a_workspace_test_module_is_the_one_that_runs(
     data = b"from calc import add\n\n\ndef test_add():\n    assert add(2, 3) == 5\n"
     command = 'python3 -m pytest -q --rootdir="$SKILLEVO_ORACLE_DIR" "$SKILLEVO_ORACLE_DIR/test_calc.py"'
     (tmp_path / "private").mkdir()
-    outcome = checks.oracle(command, (("test_calc.py", data),), ["test_calc::test_add"], ws, tmp_path / "private",
+    outcome = scoring.oracle(command, (("test_calc.py", data),), ["test_calc::test_add"], ws, tmp_path / "private",
                             timeout_s=120)
     assert outcome == Oracle("passed")
