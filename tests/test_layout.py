@@ -108,3 +108,15 @@ def test_nothing_imports_the_entry_points():
     users = {node: sorted(set(edges) & entry) for node, edges in _graph().items()
              if set(edges) & entry and node not in ("commands", "__main__")}
     assert not users, users
+
+
+def test_every_data_file_the_harness_digests_hangs_on_a_module_that_exists():
+    """harness.DATA adds what a module reads at run time (the proposer's prompt, the schemas) to its stage's identity;
+    a module renamed without its entry would leave a prompt edit out of every digest, silently (found when
+    propose.py became a package: the prompt hung on a path no longer there)."""
+    from skillevo.bench.harness import DATA
+
+    for module, data in DATA.items():
+        assert (ROOT / module).is_file(), f"harness.DATA names {module}, which does not exist"
+        for path in data:
+            assert (ROOT / path).exists(), f"harness.DATA: {module} reads {path}, which does not exist"

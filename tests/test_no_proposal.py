@@ -59,7 +59,7 @@ def test_a_session_that_wrote_no_overlay_and_no_reasoned_refusal_is_refused(tmp_
     for name, text in files.items():
         (ws_out / name).write_text(text)
     with pytest.raises(propose.ProposalRefused, match="no proposal.md headed '# No proposal'"):
-        propose._declined(ws_out)
+        propose.read_declined(ws_out)
 
 
 def test_a_declined_manifest_may_carry_no_candidate():

@@ -27,7 +27,7 @@ SIMULATOR = "skillevo/simulator/"  # the offline model: a backend, not the engin
 DATA = {
     "skillevo/files/schemas.py": {"skillevo/schemas"},  # every schema is in the registry (schemas refer to each other)
     "skillevo/sandbox/bwrap.py": {"skillevo/sandbox/launch.sh"},
-    "skillevo/propose.py": {"skillevo/prompts/propose.md"},
+    "skillevo/propose/prompt.py": {"skillevo/prompts/propose.md"},
     "skillevo/bench/scoring.py": {"skillevo/bench/pyboot/sitecustomize.py", "skillevo/bench/pyboot/pytest.ini"},
 }
 # What runs inside or around every cell besides our code: the sandbox, the relay, the checks' interpreter and test
