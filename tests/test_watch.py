@@ -64,3 +64,27 @@ def test_many_watches_share_scans(monkeypatch):
     assert len(calls) == 80
     assert len(scans) <= elapsed / max_age + 1 and len(scans) < len(calls) / 2
     assert all(b - a >= max_age for a, b in zip(scans, scans[1:], strict=False))  # never two scans within max_age
+
+
+def test_a_stale_scan_never_counts_a_process_that_is_not_the_sandbox_s(monkeypatch):
+    """The shared scan may be 50 ms old while the host reuses PIDs: a PID the scan lists under the sandbox's tree but
+    that now names an older process, or one whose parent is another, is not the sandbox's (its memory or CPU must
+    never stop a cell as if the agent had used them). The sandbox's real child still counts."""
+    root = _child("import subprocess, sys, time; subprocess.Popen([sys.executable, '-c', 'import time; "
+                  "time.sleep(30)']); time.sleep(30)")
+    try:
+        deadline = time.monotonic() + 10
+        while len(watch._tree(root.pid)) < 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        [real] = watch._tree(root.pid)[1:]
+        older = os.getpid()  # started before the root, and its parent is not the root: as a reused PID would be
+        stale = {root.pid: [real, older], older: [1]}
+        monkeypatch.setattr(watch._TABLE, "children", lambda max_age_s: stale)
+        assert sorted(watch._tree(root.pid)) == sorted([root.pid, real])
+    finally:
+        monkeypatch.undo()
+        for pid in watch._tree(root.pid, 0)[1:]:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        root.kill()
+        root.wait()

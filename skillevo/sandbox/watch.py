@@ -68,16 +68,35 @@ def _scan() -> dict[int, list[int]]:
 _TABLE = _ProcessTable()
 
 
+def _stat(pid: int) -> tuple[int, int] | None:
+    """(parent PID, start time in clock ticks since boot) as /proc says now; None once the process is gone."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            fields = f.read().rsplit(b")", 1)[1].split()
+        return int(fields[1]), int(fields[19])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
 def _tree(root: int, max_age_s: float = 0.0) -> list[int]:
     """`root` and every process it started, theirs, and so on, as the host sees them: processes in nested PID
     namespaces (the CLI's own sandbox for tool calls) are counted too, and an orphan is reparented to the
-    sandbox's init, so nothing leaves the tree while the sandbox lives."""
+    sandbox's init, so nothing leaves the tree while the sandbox lives. The shared scan may be up to `max_age_s`
+    old, and a busy host reuses PIDs (pid_max 32,768 wraps in minutes): a listed child counts only while /proc
+    still shows it under its listed parent (or reparented to `root`) and started no earlier than `root`, so a PID
+    that now names someone else's process is never counted against this sandbox."""
     children = _TABLE.children(max_age_s)
+    rooted = _stat(root)
+    if rooted is None:
+        return [root]  # gone: nothing of it left to count
     found, todo = [], [root]
     while todo:
         pid = todo.pop()
         found.append(pid)
-        todo += children.get(pid, [])
+        for child in children.get(pid, []):
+            now = _stat(child)
+            if now is not None and now[0] in (pid, root) and now[1] >= rooted[1]:
+                todo.append(child)
     return found
 
 
