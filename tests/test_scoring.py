@@ -122,3 +122,22 @@ def test_an_oracle_file_named_like_a_workspace_test_module_is_the_one_that_runs(
     outcome = scoring.oracle(command, (("test_calc.py", data),), ["test_calc::test_add"], ws, tmp_path / "private",
                             timeout_s=120)
     assert outcome == Oracle("passed")
+
+
+@pytest.mark.bwrap
+def test_an_oracle_stopped_at_a_limit_says_which_kind_and_never_its_number(tmp_path):
+    """The operator's log names the kind of limit an oracle crossed (a harness fault, such as the host's tmpfs once
+    counted against a cell, reads as a kind no oracle should cross); the number, which the code under test chose,
+    is left out."""
+    from skillevo.bench import scoring
+    from skillevo.core.limits import Limits
+
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    (tmp_path / "private").mkdir()
+    limits = Limits(processes=64, memory_mb=1024, cpu_s=60, disk_mb=16, tmp_mb=64, file_mb=64)
+    command = "head -c 40000000 /dev/zero > /run/skillevo-report/fill; sleep 20"
+    outcome = scoring.oracle(command, (("test_x.py", b"def test_x():\n    pass\n"),), ["test_x::test_x"], ws,
+                             tmp_path / "private", timeout_s=60, limits=limits)
+    assert (outcome.outcome, outcome.how) == ("error", "limit: disk")
+    assert outcome.how in HOW

@@ -88,3 +88,29 @@ def test_a_stale_scan_never_counts_a_process_that_is_not_the_sandbox_s(monkeypat
                 os.kill(pid, signal.SIGKILL)
         root.kill()
         root.wait()
+
+
+def test_the_host_s_tmpfs_is_never_counted_as_the_sandbox_s(tmp_path):
+    """A sandbox's mount namespace starts as a copy of the harness's (bwrap unshares, then builds its root): while it
+    is set up it lists the host's /dev/shm and /run, whatever other programs keep there (Ray's object store,
+    Chromium). Those must never count as the cell's tmpfs use (CI saw an oracle stopped as "limit" that way). Here a
+    user namespace plays the host: its own tmpfs holds 8 MB; a child in a mount namespace of its own (a copy, as
+    bwrap's is) mounts a tmpfs and writes 3 MB there. Only the child's 3 MB count."""
+    host, own = tmp_path / "host", tmp_path / "own"
+    host.mkdir()
+    own.mkdir()
+    probe = (
+        "import subprocess, sys\n"
+        "from skillevo.sandbox import watch\n"
+        f"subprocess.run(['mount', '-t', 'tmpfs', 'none', {str(host)!r}], check=True)\n"
+        f"open({str(host / 'held')!r}, 'wb').write(bytes(8 << 20))\n"
+        f"child = subprocess.Popen(['unshare', '-m', '--propagation', 'slave', 'sh', '-c', 'mount -t tmpfs none "
+        f"{own} && head -c 3145728 /dev/zero > {own}/used && echo ready && exec sleep 30'], stdout=subprocess.PIPE)\n"
+        "assert child.stdout.readline() == b'ready\\n'\n"
+        "print(watch._tmpfs_used([child.pid]))\n"
+        "child.kill()\n")
+    done = subprocess.run(["unshare", "-U", "-r", "-m", "--propagation", "private", sys.executable, "-c", probe],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    used = int(done.stdout)
+    assert 3 << 20 <= used < 8 << 20, used

@@ -90,7 +90,8 @@ NO_REPORT = "the hidden oracle produced no usable report (a test did not run, a 
 
 
 # how an oracle phase can end in an error, as the harness sees it (Oracle.how)
-HOW = frozenset({"timeout", "limit", "cancelled", "spawn-failure", "no report", "unreadable report",
+HOW = frozenset({"timeout", "limit", "limit: processes", "limit: memory", "limit: cpu", "limit: disk",
+                 "cancelled", "spawn-failure", "no report", "unreadable report",
                  "a test that is not bound", "a bound test missing", "passed but exited nonzero"})
 
 
@@ -153,9 +154,10 @@ def oracle(command: str, files: tuple[tuple[str, bytes], ...], bound: list[str],
     for target, data in files:
         if (staged / target).read_bytes() != data:
             raise RuntimeError(f"staged oracle file {target} changed while the oracle ran")
-    if finished.state != "exited":
-        return Oracle("error", how=finished.state)  # a timeout, a limit, a cancel (which limit: its number is
-        # the code's doing, so only the state is kept)
+    if finished.state != "exited":  # a timeout, a limit, a cancel; which limit by its kind only (its number is
+        # the code's doing, so it is never kept)
+        kind = f"limit: {(finished.limit or '').split(':', 1)[0]}"
+        return Oracle("error", how=kind if finished.state == "limit" and kind in HOW else finished.state)
     try:
         data = safefs.read_file(report / REPORT, max_bytes=MAX_REPORT_BYTES, what="oracle report")
     except BadInput:

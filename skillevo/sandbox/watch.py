@@ -107,31 +107,44 @@ def _mount_ns(pid: int) -> str | None:
         return None
 
 
+def _tmpfs_mounts(pid: int | str) -> list[tuple[str, str]]:
+    """(device, mount point) of every tmpfs in the mount namespace of `pid`, as its mountinfo lists them."""
+    try:
+        with open(f"/proc/{pid}/mountinfo", "rb") as f:
+            lines = f.read().decode(errors="replace").splitlines()
+    except OSError:
+        return []
+    found = []
+    for line in lines:
+        fields = line.split()
+        rest = fields[fields.index("-") + 1:] if "-" in fields else []
+        if len(fields) >= 5 and rest and rest[0] == "tmpfs":
+            found.append((fields[2], re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), fields[4])))
+    return found
+
+
 def _tmpfs_used(pids: list[int]) -> int:
-    """Bytes held by the tmpfs mounts the processes `pids` can see, each mount counted once (by its device), the
-    mount namespace this process runs in left out."""
-    own, namespaces, devices, used = _mount_ns(os.getpid()), set(), set(), 0
+    """Bytes held by the tmpfs mounts the processes `pids` can see, each mount counted once (by its device). The
+    mounts of this process's own namespace are the host's, never the sandbox's: a sandbox's namespace starts as a
+    copy of them (bwrap unshares, then builds its root), so while it is being set up it lists the host's /dev/shm,
+    /run and /tmp, whatever other programs keep there; those devices are left out wherever they appear."""
+    own = _mount_ns(os.getpid())
+    devices = {device for device, _ in _tmpfs_mounts("self")}  # the host's, left out
+    namespaces: set[str] = set()
+    used = 0
     for pid in pids:
         ns = _mount_ns(pid)
         if ns is None or ns == own or ns in namespaces:
             continue
         namespaces.add(ns)
-        try:
-            with open(f"/proc/{pid}/mountinfo", "rb") as f:
-                lines = f.read().decode(errors="replace").splitlines()
-        except OSError:
-            continue
-        for line in lines:
-            fields = line.split()
-            rest = fields[fields.index("-") + 1:] if "-" in fields else []
-            if len(fields) < 5 or not rest or rest[0] != "tmpfs" or fields[2] in devices:
+        for device, point in _tmpfs_mounts(pid):
+            if device in devices:
                 continue
-            point = re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), fields[4])  # mountinfo's escapes
             try:
                 st = os.statvfs(f"/proc/{pid}/root{point}")
             except OSError:
                 continue
-            devices.add(fields[2])
+            devices.add(device)
             used += (st.f_blocks - st.f_bfree) * st.f_frsize
     return used
 
