@@ -187,3 +187,17 @@ def test_the_incumbent_report_gives_each_task_s_flake_rate_as_the_checks_measure
     assert "| cheat | 3 | no solution | 1 (33%) |" in lines and "| greet | 3 | 3 | 0 (0%) |" in lines
     assert "TZ=UTC, PYTHONHASHSEED=0, LC_ALL=C.UTF-8" in lines[2]
     assert "Not run by this bench" in task_checks(provenance, None)[2]
+
+
+def test_a_flaky_oracle_says_how_each_error_happened():
+    """The team's own tree ran (no agent's code), so the refusal names how an oracle run ended in an error: a harness
+    fault (a limit, a timeout) reads differently from a test that errors by chance."""
+    from skillevo.bench.scoring import Oracle
+    from skillevo.bench.task_soundness import Outcomes
+
+    failing = frozenset({"test_x::test_a"})
+    seen = Outcomes(None, (False, False, False),
+                    (Oracle("error", how="limit: disk"), Oracle("failed", failing), Oracle("failed", failing)))
+    assert seen.flaky() == ["oracle test test_x::test_a error (limit: disk), failed, failed"]
+    assert Outcomes(None, (False, False), (Oracle("error", how="no report"), Oracle("passed"))).flaky() == \
+        ["the oracle error (no report), passed"]

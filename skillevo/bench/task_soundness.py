@@ -21,6 +21,11 @@ from skillevo.files.errors import BadInput
 from skillevo.sandbox import SandboxSpec
 
 
+def _said(oracle: scoring.Oracle) -> str:
+    """An outcome as the team reads it: an error with how it happened (the task's own tree ran, no agent's code)."""
+    return f"{oracle.outcome} ({oracle.how})" if oracle.how else oracle.outcome
+
+
 @dataclass(frozen=True)
 class Outcomes:
     """What `check_runs` identical runs of a task's checks on one tree saw: a flaky test shows as two outcomes."""
@@ -37,12 +42,12 @@ class Outcomes:
         if len({o.outcome for o in self.oracle}) > 1 or len({o.failing for o in self.oracle}) > 1:
             tests = sorted(set().union(*(o.failing for o in self.oracle)))
             for test in tests:
-                seen = ["failed" if test in o.failing else o.outcome if o.outcome == "error" else "passed"
+                seen = ["failed" if test in o.failing else _said(o) if o.outcome == "error" else "passed"
                         for o in self.oracle]
                 if len(set(seen)) > 1:
                     out.append(f"oracle test {test} " + ", ".join(seen))
             if not out or not out[-1].startswith("oracle"):
-                out.append("the oracle " + ", ".join(o.outcome for o in self.oracle))
+                out.append("the oracle " + ", ".join(_said(o) for o in self.oracle))
         return out
 
     @property
