@@ -19,7 +19,11 @@ Ville's inequality it ever reaches 1 / alpha with probability at most alpha, at 
 stopped. lambda is a plug-in from earlier rounds of both arms: at the boundary both arms' ratios equal lambda, so
 it is unbiased to first order; what remains (second order, when resolution differs between the arms) is measured
 by `make gate-study`. beta is Kelly's fraction for the saving the plan is sized for (sampling.plan_saving_pct) at
-the incumbent side's spread and resolution: the test is most powerful there, and valid everywhere.
+each task's spread and resolution, and s_t the midpoint of the two arms' expected x: both start at the design's
+(a few incumbent runs, five by default, which read a rate of 0.85 as 1 nearly half the time) and learn from the
+rounds already measured, the design weighing PRIOR_ROUNDS rounds. Fixed before the round they bet on, they keep the
+bound; sized from data, they keep the power the design's noise took (0.68 to 0.83 under the default schedule,
+docs/gate.md). The test is most powerful at the planned saving, and valid everywhere.
 
 A run lost to a harness fault is counted at its worst for the candidate: a candidate run at its cap unresolved, a
 control run free and resolved. That keeps the bound, whatever made the run go missing.
@@ -33,6 +37,7 @@ from dataclasses import dataclass
 from typing import Any
 
 KAPPA = 0.9  # the largest part of a factor's range staked: a block at its worst keeps a tenth of the wealth
+PRIOR_ROUNDS = 2  # the design's weight, in rounds, beside those already measured, in each stake, centre and spread
 
 Run = tuple[float | None, bool]  # (cost, resolved); cost None: the run was lost to a harness fault
 
@@ -132,7 +137,7 @@ def wealth(rounds: Sequence[Sequence[tuple[Run, Run]]], design: Design) -> Wealt
         if len(blocks) != len(tasks):
             raise ValueError(f"a round has {len(blocks)} blocks for {len(tasks)} tasks")
         lam = _lambda(past, design)
-        beta, centres = stake(design, lam)
+        beta, centres = stake(design, lam, past)
         this = [worst(control, candidate, t.cap) for (control, candidate), t in zip(blocks, tasks, strict=True)]
         for (c_cost, c_res, k_cost, k_res), s in zip(this, centres, strict=True):
             log_w += math.log1p(beta * (c_cost - lam * c_res - s)) + math.log1p(-beta * (k_cost - lam * k_res - s))
@@ -160,17 +165,31 @@ def _lambda(past: Sequence[Sequence[Block]], design: Design) -> float:
     return cost / resolved
 
 
-def stake(design: Design, lam: float) -> tuple[float, list[float]]:
-    """Kelly's fraction per dollar for the planned saving at the design's spread and resolution, and each task's
-    centre (its expected x), held to KAPPA of the narrowest range so no factor can reach zero."""
+def stake(design: Design, lam: float, past: Sequence[Sequence[Block]] = ()) -> tuple[float, list[float]]:
+    """Kelly's fraction per dollar for the planned saving at each task's spread and resolution, and each task's
+    centre (the midpoint of its two arms' expected x), held to KAPPA of the narrowest range so no factor can reach
+    zero. Centres and spreads start at the design's (a few incumbent runs) and learn from the rounds already
+    measured, the design weighing PRIOR_ROUNDS rounds: fixed before the round they bet on, so the bound holds."""
     tasks = list(design.tasks.values())
-    gain, spread = _planned(design, lam)
-    centres = [t.mean - lam * t.rate for t in tasks]
+    centres, gain, spread = [], 0.0, 0.0
+    for i, t in enumerate(tasks):
+        prior = t.mean - lam * t.rate
+        prior_var = t.variance + lam * lam * t.rate * (1 - t.rate)
+        arms, cost = [], PRIOR_ROUNDS * t.mean
+        for side in (0, 2):
+            xs = [b[i][side] - lam * b[i][side + 1] for b in past]
+            mean = (PRIOR_ROUNDS * prior + sum(xs)) / (PRIOR_ROUNDS + len(xs))
+            var = (PRIOR_ROUNDS * (prior_var + (prior - mean) ** 2) + sum((x - mean) ** 2 for x in xs)) / (
+                PRIOR_ROUNDS + len(xs))
+            arms.append((mean, var))
+        cost += sum(b[i][0] for b in past)
+        centres.append((arms[0][0] + arms[1][0]) / 2)
+        gain += design.saving * cost / (PRIOR_ROUNDS + len(past))
+        spread += arms[0][1] + arms[1][1]
     limit = min(min(1 / (lam + s), 1 / (t.cap - s)) for t, s in zip(tasks, centres, strict=True))
     if gain <= 0 or spread <= 0:
         return KAPPA * limit, centres
     return min(gain / spread, KAPPA * limit), centres
-
 
 
 def _planned(design: Design, lam: float) -> tuple[float, float]:
@@ -191,18 +210,36 @@ def growth(design: Design) -> float:
 def drop_wealth(rounds: Sequence[Sequence[tuple[Run, Run]]], margin: float, design: Design) -> Wealth:
     """The gambler's log-wealth against "the candidate resolves `margin` (a fraction) or more less than its
     control": per block z = resolved_candidate - resolved_control + margin, which has mean at most 0 then, and is at
-    least margin - 1. The stake is Kelly's for equal resolution at the design's rates, held to KAPPA of the range;
+    least margin - 1. The stake is Kelly's for equal resolution at each arm's rate per task, learned from the rounds
+before as `stake` learns (a design rate of 1 from five runs staked so much that the guard, not the cost test, held
+most promotions back), held to KAPPA of the range;
     runs are capped as `wealth` caps them, and a lost run counts at its worst (candidate unresolved, control
     resolved). Valid at every round, like `wealth`, so the resolution guard needs no spending over looks."""
     if margin >= 1:
         return Wealth(tuple(math.inf for _ in rounds), tuple(0.0 for _ in rounds))  # nothing can fall that far
     tasks = list(design.tasks.values())
-    spread = sum(2 * t.rate * (1 - t.rate) for t in tasks) / len(tasks)
-    beta = 0.0 if margin <= 0 else min(margin / (spread + margin * margin), KAPPA / (1 - margin))
-    logs, log_w = [], 0.0
+    logs, stakes, log_w = [], [], 0.0
+    past: list[list[tuple[bool, bool]]] = []
     for blocks in rounds:
+        beta = 0.0 if margin <= 0 else min(margin / (_drop_spread(tasks, past) + margin * margin),
+                                           KAPPA / (1 - margin))
+        this = []
         for (control, candidate), t in zip(blocks, tasks, strict=True):
             _, c_res, _, k_res = worst(control, candidate, t.cap)
             log_w += math.log1p(beta * (k_res - c_res + margin))
+            this.append((c_res, k_res))
+        past.append(this)
         logs.append(log_w)
-    return Wealth(tuple(logs), tuple(beta for _ in rounds))
+        stakes.append(beta)
+    return Wealth(tuple(logs), tuple(stakes))
+
+
+def _drop_spread(tasks: Sequence[TaskDesign], past: Sequence[Sequence[tuple[bool, bool]]]) -> float:
+    """The variance of a block's resolution difference, averaged over tasks: each arm's rate per task from the
+    design (weighing PRIOR_ROUNDS rounds) and the rounds already measured."""
+    total = 0.0
+    for i, t in enumerate(tasks):
+        for side in (0, 1):
+            rate = (PRIOR_ROUNDS * t.rate + sum(b[i][side] for b in past)) / (PRIOR_ROUNDS + len(past))
+            total += rate * (1 - rate)
+    return total / len(tasks)
