@@ -124,7 +124,7 @@ def _look_arm(incumbent_rows: list[Mapping[str, Any]], candidate_rows: list[Mapp
         strata.append((runs[0], runs[1]))
         incumbent_counts, candidate_counts = ((sum(1 for row in cell if row["resolved"]), len(cell)) for cell in cells)
         counts.append((incumbent_counts, candidate_counts))
-        blocks.append(_by_run([row for row in incumbent_rows if row["task"] == task and row["arm"] == incumbent],
+        blocks.append(by_run([row for row in incumbent_rows if row["task"] == task and row["arm"] == incumbent],
                               [row for row in candidate_rows if row["task"] == task and row["arm"] == candidate],
                               seq.metric))
     estimate = stats.per_resolved(strata, seq.alpha)
@@ -188,7 +188,7 @@ def designs(rows: Iterable[Mapping[str, Any]], gate_tasks: Iterable[str], arms: 
     return {arm: design(rows, gate_tasks, arm, plan, metric) for arm in sorted(set(arms))}
 
 
-def _by_run(control: list[Mapping[str, Any]], candidate: list[Mapping[str, Any]], metric: str
+def by_run(control: list[Mapping[str, Any]], candidate: list[Mapping[str, Any]], metric: str
             ) -> list[tuple[betting.Run, betting.Run]]:
     """One task's blocks in run order, as the gate pairs them (skillevo.gate.rounds): a run lost to a harness
     fault, or not run yet, is (None, False), its worst."""
