@@ -44,7 +44,7 @@ def crossings(decisions: int, way: str, alpha: float) -> list[tuple[int | None, 
         rounds = [list(r) for r in zip(*blocks, strict=True)]
         used = design if way == "learned" else _oracle(design)
         with mock.patch.object(betting, "PRIOR_ROUNDS", 2 if way == "learned" else 10 ** 9), \
-                mock.patch.object(betting, "KAPPA", 0.999 if way == "oracle, no limit" else betting.KAPPA):
+                mock.patch.object(betting, "COST_KAPPA", 0.999 if way == "oracle, no limit" else betting.COST_KAPPA):
             cost, drop = betting.wealth(rounds, used), betting.drop_wealth(rounds, 0.2, used)
         found.append((cost.first_crossing(alpha), drop.first_crossing(alpha)))
     return found

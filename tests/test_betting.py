@@ -40,6 +40,19 @@ def test_a_design_that_read_every_run_resolved_is_corrected_by_the_runs():
     assert guard.stakes[0] > 1.0 and abs(guard.stakes[-1] - kelly) < 0.15 * kelly
 
 
+def test_a_block_at_its_worst_keeps_a_part_of_the_wealth_at_the_largest_stake():
+    """Rounds that show no spread push Kelly's stake past the range, so it is held at the limit; then every
+    candidate run reaches its cap unresolved beside a free, resolved control: each factor keeps at least
+    1 - COST_KAPPA of the wealth, never none (a factor at zero or below would end the test, or flip its sign)."""
+    steady = [[((t.mean, True), (t.mean * 0.8, True)) for t in DESIGN.tasks.values()] for _ in range(6)]
+    worst = [[((0.0, True), (t.cap * 2, True)) for t in DESIGN.tasks.values()]]
+    w = betting.wealth([*steady, *worst], DESIGN)
+    assert 0 < betting.COST_KAPPA < 1
+    lost = w.log_wealth[-1] - w.log_wealth[-2]
+    assert math.isfinite(lost) and 2 * len(DESIGN.tasks) * math.log(1 - betting.COST_KAPPA) <= lost
+    assert lost <= math.log(1 - betting.COST_KAPPA)  # staked at the limit: the narrowest factor is near its floor
+
+
 def test_learned_stakes_keep_the_null_s_wealth_a_supermartingale():
     """At the boundary (the candidate is its control) the mean wealth after 20 rounds stays at most 1, within
     three standard errors, and it reaches 1 / alpha in at most alpha + 3 SE of the benches (Ville's bound)."""

@@ -32,7 +32,8 @@ def plan(runs_: int = 10, **knobs) -> SamplingParams:
     gate = {"min_total_runs": 1, "alpha": 0.04, **{k: v for k, v in knobs.items() if k in LOOKS_READ_FROM_GATE}}
     sequential = {k: v for k, v in knobs.items() if k not in LOOKS_READ_FROM_GATE}
     return section(SamplingParams, "sampling", {"runs": runs_, "sequential": {
-        "enabled": True, "first": 3, "futility_p_value": 0.5, **sequential}}, "test plan", gate=gate)
+        "enabled": True, "first": 3, "batch": 2, "futility_p_value": 0.5, "futility_below_pct": 10,
+        **sequential}}, "test plan", gate=gate)
 
 
 def increasing_looks(draw_max: int = 30):

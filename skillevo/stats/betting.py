@@ -10,7 +10,7 @@ since a run costs at most its task's cap (a run that reaches the cap stops and c
 A round is one run of every gate task in each arm, blocks of (task, run) side by side. A gambler starts with 1
 and, in each block, multiplies its wealth by (1 + beta (x_control - s_t)) (1 - beta (x_candidate - s_t)), s_t a
 centre per task. beta, lambda and s_t are fixed from the rounds before and the design (the incumbent side,
-measured before any candidate run), the same beta for every block of a round, and KAPPA keeps each factor
+measured before any candidate run), the same beta for every block of a round, and COST_KAPPA keeps each factor
 positive whatever a run costs. The expectation of a block's factor is 1 + beta delta_t + beta^2 (m_c - s)(s - m_i)
 <= exp(beta delta_t) wherever s lies (the last term is at most (beta delta_t / 2)^2 when s is between the means,
 and negative when it is not), so the product over a round's independent blocks has expectation at most
@@ -36,7 +36,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-KAPPA = 0.9  # the largest part of a factor's range staked: a block at its worst keeps a tenth of the wealth
+# The largest part of a factor's range staked, so no factor reaches zero. The two tests' worst blocks differ in how
+# often they happen: the cost test's is a candidate run at its cap, which the cap's quantile (sampling.cost_cap)
+# makes rare, so it stakes nearly all its range (a block at its worst keeps a hundredth of the wealth); the
+# resolution guard's is a candidate unresolved beside a resolved control, a block in eight at resolution 0.85, so
+# it keeps a tenth. Any limit below 1 keeps the bound; these are where the power is (docs/gate.md, power).
+COST_KAPPA = 0.99
+DROP_KAPPA = 0.9
 PRIOR_ROUNDS = 2  # the design's weight, in rounds, beside those already measured, in each stake, centre and spread
 
 Run = tuple[float | None, bool]  # (cost, resolved); cost None: the run was lost to a harness fault
@@ -167,8 +173,8 @@ def _lambda(past: Sequence[Sequence[Block]], design: Design) -> float:
 
 def stake(design: Design, lam: float, past: Sequence[Sequence[Block]] = ()) -> tuple[float, list[float]]:
     """Kelly's fraction per dollar for the planned saving at each task's spread and resolution, and each task's
-    centre (the midpoint of its two arms' expected x), held to KAPPA of the narrowest range so no factor can reach
-    zero. Centres and spreads start at the design's (a few incumbent runs) and learn from the rounds already
+    centre (the midpoint of its two arms' expected x), held to COST_KAPPA of the narrowest range so no factor can
+    reach zero. Centres and spreads start at the design's (a few incumbent runs) and learn from the rounds already
     measured, the design weighing PRIOR_ROUNDS rounds: fixed before the round they bet on, so the bound holds."""
     tasks = list(design.tasks.values())
     centres, gain, spread = [], 0.0, 0.0
@@ -188,8 +194,8 @@ def stake(design: Design, lam: float, past: Sequence[Sequence[Block]] = ()) -> t
         spread += arms[0][1] + arms[1][1]
     limit = min(min(1 / (lam + s), 1 / (t.cap - s)) for t, s in zip(tasks, centres, strict=True))
     if gain <= 0 or spread <= 0:
-        return KAPPA * limit, centres
-    return min(gain / spread, KAPPA * limit), centres
+        return COST_KAPPA * limit, centres
+    return min(gain / spread, COST_KAPPA * limit), centres
 
 
 def _planned(design: Design, lam: float) -> tuple[float, float]:
@@ -212,7 +218,7 @@ def drop_wealth(rounds: Sequence[Sequence[tuple[Run, Run]]], margin: float, desi
     control": per block z = resolved_candidate - resolved_control + margin, which has mean at most 0 then, and is at
     least margin - 1. The stake is Kelly's for equal resolution at each arm's rate per task, learned from the rounds
 before as `stake` learns (a design rate of 1 from five runs staked so much that the guard, not the cost test, held
-most promotions back), held to KAPPA of the range;
+most promotions back), held to DROP_KAPPA of the range;
     runs are capped as `wealth` caps them, and a lost run counts at its worst (candidate unresolved, control
     resolved). Valid at every round, like `wealth`, so the resolution guard needs no spending over looks."""
     if margin >= 1:
@@ -222,7 +228,7 @@ most promotions back), held to KAPPA of the range;
     past: list[list[tuple[bool, bool]]] = []
     for blocks in rounds:
         beta = 0.0 if margin <= 0 else min(margin / (_drop_spread(tasks, past) + margin * margin),
-                                           KAPPA / (1 - margin))
+                                           DROP_KAPPA / (1 - margin))
         this = []
         for (control, candidate), t in zip(blocks, tasks, strict=True):
             _, c_res, _, k_res = worst(control, candidate, t.cap)
