@@ -5,7 +5,8 @@ each simulated bench's 48 rounds are bet on whole, and the round at which the co
 first reach 1 / alpha is read off (no looks, no futility: the test alone). Three ways to stake: as the gate does
 (learned from the design and the rounds before, skillevo.stats.betting), from the world's true means, rates and
 spreads (an oracle no bench has), and the oracle with the cost test's stake limit (betting.COST_KAPPA) at 0.999.
-The gap between the first two is what learning costs; between the last two, what the limit costs. Figures: docs/gate.md (power).
+The gap between the first two is what learning costs; between the last two, what the limit costs. Figures:
+docs/gate.md (power).
 """
 
 from __future__ import annotations
