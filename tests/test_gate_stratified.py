@@ -90,6 +90,17 @@ def test_the_same_runs_give_the_same_p_value_and_order_does_not_matter():
     assert low < one.improvement_pct < high and 0 < one.p_value < 1
 
 
+
+def test_several_levels_from_one_resampling_are_each_level_on_its_own():
+    """A look asks for its estimate and its futility bound from one resampling (per_resolved_at): each must be what
+    the gate computes at that level alone, interval and per-task intervals too, and a wider level a wider interval."""
+    rng = random.Random(15)
+    strata = [(resolved(noisy(7, b, rng, 0.4), 1), resolved(noisy(7, 0.85 * b, rng, 0.4))) for b in (1, 3)]
+    both = stats.per_resolved_at(strata, (0.04, 0.2))
+    assert both == (stats.per_resolved(strata, 0.04), stats.per_resolved(strata, 0.2))
+    assert both[0].interval_pct[0] < both[1].interval_pct[0] < both[1].interval_pct[1] < both[0].interval_pct[1]
+    assert stats.per_resolved_at([([(1.0, True)], [(0.5, True)])], (0.04, 0.2)) is None
+
 def test_a_tail_seen_on_another_task_widens_a_task_whose_runs_missed_it():
     """The dear task's runs look tight and 20% cheaper; a 5x retry loop shows on a cheap task. Pooled, the loop says
     the dear task's few runs are not precise: the p-value rises."""

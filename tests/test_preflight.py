@@ -5,7 +5,10 @@ from __future__ import annotations
 
 import json
 import math
+import pickle
 import random
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -139,6 +142,14 @@ def test_five_runs_are_not_read_as_certainty_and_the_stated_power_says_so():
     assumed = planned.schedule_power(design, plan_, 0.3, draws=40, seed="s")
     likely = planned.schedule_power(design, plan_, 0.3, draws=40, seed="s", evidence=few)
     assert likely != assumed and 0 < likely[0] < 1
+    # the stage judges the sides on every core it may use, in forked processes when it runs one thread (as this
+    # test's own process may not: a fresh one); the figures are the same for any number of them
+    forked = subprocess.run(
+        [sys.executable, "-c", "import pickle, sys, threading; from skillevo.core import planned; "
+         "args = pickle.loads(sys.stdin.buffer.read()); assert threading.active_count() == 1; "
+         "print(repr(planned.schedule_power(*args[:3], draws=40, seed='s', evidence=args[-1], workers=3)))"],
+        input=pickle.dumps((design, plan_, 0.3, few)), capture_output=True, check=True)
+    assert forked.stdout.decode().strip() == repr(likely)
 
 
 def test_identical_runs_fall_back_to_the_prior_and_few_runs_are_called_out():

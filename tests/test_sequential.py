@@ -312,7 +312,7 @@ def test_a_looks_line_prints_its_numbers_as_the_gate_does(monkeypatch):
     rounded figures promotion.json binds (stats.improvement_text, p_text), never the raw ones."""
     raw = stats.Estimate("per_resolved", 32.2501, (20.0, 40.0), 0.677499, 1.4812e-24, 1.0, (), "bootstrap-t",
                          resamples=1999)
-    monkeypatch.setattr(sampling.stats, "per_resolved", lambda strata, level: raw)
+    monkeypatch.setattr(sampling.stats, "per_resolved_at", lambda strata, levels: (raw,) * len(levels))
     rows = {arm: [{"task": "t", "arm": arm, "run": r, "cost_usd": 1.0, "resolved": True, "error_kind": None}
                   for r in range(1, 5)] for arm in ("auto", "candidate_auto")}
     _, line = sampling._look_arm(rows["auto"], rows["candidate_auto"], ["t"], "auto", "candidate_auto", 0.01, False,

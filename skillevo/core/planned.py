@@ -18,10 +18,14 @@ the design's bets. Only the world is simulated; every rule is the bench's.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import functools
 import math
+import multiprocessing
 import random
 import sys
+import threading
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -90,35 +94,48 @@ def simulated_side(design: betting.Design, saving: float, runs: int, rng: random
 
 
 def schedule_power(design: betting.Design, plan: SamplingParams, saving: float, draws: int = DRAWS,
-                   seed: str = "", progress: bool = False, evidence: Evidence | None = None
+                   seed: str = "", progress: bool = False, evidence: Evidence | None = None, workers: int = 1
                    ) -> tuple[float, float]:
     """The share of simulated sides the bench stops to promote (at a look, or at the last one when the test
     decided there), and the mean candidate runs per task they spent; each side in the `likely_world` when the
-    `evidence` the design rests on is given, else in the design's own."""
+    `evidence` the design rests on is given, else in the design's own. Every side is drawn here, in order, from
+    one seeded generator; `workers` processes only judge them, so the figures do not depend on how many."""
     if not plan.sequential.enabled:  # one look at sampling.runs: the bench's single decision
         plan = dataclasses.replace(plan, sequential=dataclasses.replace(plan.sequential, enabled=True,
                                                                        first=plan.runs))
-    planned = sampling.looks(plan)
     rng = random.Random(f"skillevo planned power {seed}")
-    found, spent = 0, 0
     world = design if evidence is None else likely_world(design, evidence)
-    for _ in tqdm(range(draws), desc="preflight", unit="side", file=sys.stderr, disable=not progress,
-                  mininterval=2):
-        rows = simulated_side(world, saving, plan.runs, rng)
-        for look, runs in enumerate(planned, start=1):
-            so_far = [row for row in rows if row["run"] <= runs]
-            action = sampling.interim([r for r in so_far if r["arm"] == CONTROL],
-                                      [r for r in so_far if r["arm"] == CANDIDATE], {CANDIDATE: CONTROL}, look, plan,
-                                      {CONTROL: design}).action
-            if action != sampling.CONTINUE or look == len(planned):
-                found += action == sampling.PROMOTE
-                spent += runs
-                break
-    return found / draws, spent / draws
+    sides = [simulated_side(world, saving, plan.runs, rng) for _ in range(draws)]
+    judge = functools.partial(_judged, plan=plan, design=design)
+    with contextlib.ExitStack() as stack:
+        # forked, so no module is imported again, and only from a process with one thread (a thread holding a lock
+        # at the fork, tqdm's monitor for one, would hang the worker); otherwise here, one side after another
+        if workers > 1 and draws > 1 and threading.active_count() == 1:
+            pool = stack.enter_context(multiprocessing.get_context("fork").Pool(min(workers, draws)))
+            outcomes: Iterable[tuple[bool, int]] = pool.imap(judge, sides, chunksize=max(1, draws // (4 * workers)))
+        else:
+            outcomes = map(judge, sides)
+        judged = list(tqdm(outcomes, total=draws, desc="preflight", unit="side", file=sys.stderr,
+                           disable=not progress, mininterval=2))
+    return sum(promoted for promoted, _ in judged) / draws, sum(runs for _, runs in judged) / draws
+
+
+def _judged(rows: list[dict[str, Any]], plan: SamplingParams, design: betting.Design) -> tuple[bool, int]:
+    """Whether the bench's looks promote one simulated side, and the runs a task they spent before stopping."""
+    planned = sampling.looks(plan)
+    for look, runs in enumerate(planned, start=1):
+        so_far = [row for row in rows if row["run"] <= runs]
+        action = sampling.interim([r for r in so_far if r["arm"] == CONTROL],
+                                  [r for r in so_far if r["arm"] == CANDIDATE], {CANDIDATE: CONTROL}, look, plan,
+                                  {CONTROL: design}).action
+        if action != sampling.CONTINUE or look == len(planned):
+            return action == sampling.PROMOTE, runs
+    raise AssertionError("the last look always stops")
 
 
 def planned_power(rows: Iterable[Mapping[str, Any]], gate_tasks: Iterable[str], plan: SamplingParams,
-                  policy: Policy, draws: int = DRAWS, progress: bool = False, seed: str = "") -> dict[str, Any] | None:
+                  policy: Policy, draws: int = DRAWS, progress: bool = False, seed: str = "", workers: int = 1
+                  ) -> dict[str, Any] | None:
     """The schedule's power for sampling.plan_saving_pct under the test by betting, at the incumbent side's
     measured resolution and spread (its hardest arm, by skillevo.stats.betting.growth), and the mean runs a task
     it spends. None when the gate does not test by betting or no arm can be designed."""
@@ -135,7 +152,8 @@ def planned_power(rows: Iterable[Mapping[str, Any]], gate_tasks: Iterable[str], 
         return None
     arm, design = min(designs, key=lambda item: betting.growth(item[1]))
     power, runs = schedule_power(design, plan, plan.plan_saving_pct / 100, draws, seed=f"{arm} {seed}",
-                                 progress=progress, evidence=Evidence.of(rows, design, arm, policy.metric))
+                                 progress=progress, evidence=Evidence.of(rows, design, arm, policy.metric),
+                                 workers=workers)
     return {"saving_pct": plan.plan_saving_pct, "power": round(power, 3), "mean_runs": round(runs, 1),
             "draws": draws, "arm": arm}
 

@@ -127,9 +127,11 @@ def _look_arm(incumbent_rows: list[Mapping[str, Any]], candidate_rows: list[Mapp
         blocks.append(by_run([row for row in incumbent_rows if row["task"] == task and row["arm"] == incumbent],
                               [row for row in candidate_rows if row["task"] == task and row["arm"] == candidate],
                               seq.metric))
-    estimate = stats.per_resolved(strata, seq.alpha)
-    if estimate is None:
+    bounded = not last and seq.futility_confidence > 0  # the futility bound, from the estimate's own resampling
+    estimates = stats.per_resolved_at(strata, (seq.alpha, 1 - seq.futility_confidence) if bounded else (seq.alpha,))
+    if estimates is None:
         return CONTINUE, f"{seq.metric} per resolved task is not defined yet (an arm resolved or spent nothing)"
+    estimate, bound = estimates[0], estimates[-1]
     quality = stats.quality(counts, level)
     total = min(sum(inc[1] for inc, _ in counts), sum(cand[1] for _, cand in counts))
     shown = estimate.to_dict(seq.alpha)  # printed as the gate prints it (stats.improvement_text)
@@ -145,12 +147,9 @@ def _look_arm(incumbent_rows: list[Mapping[str, Any]], candidate_rows: list[Mapp
         return PROMOTE, f"efficacious ({found})"
     if not last and estimate.p_value > seq.futility_p_value:
         return FUTILITY, f"futile ({found}; above futility_p_value {seq.futility_p_value:g})"
-    if not last and seq.futility_confidence > 0:
-        bound = stats.per_resolved(strata, 1 - seq.futility_confidence)
-        if bound is not None and bound.interval_pct[1] < seq.futility_below_pct:
-            return FUTILITY, (f"futile ({found}; at {100 * seq.futility_confidence:g}% confidence the saving is at "
-                              f"most {bound.interval_pct[1]:.1f}%, below futility_below_pct "
-                              f"{seq.futility_below_pct:g})")
+    if bounded and bound.interval_pct[1] < seq.futility_below_pct:
+        return FUTILITY, (f"futile ({found}; at {100 * seq.futility_confidence:g}% confidence the saving is at "
+                          f"most {bound.interval_pct[1]:.1f}%, below futility_below_pct {seq.futility_below_pct:g})")
     return CONTINUE, f"undecided ({found})"
 
 

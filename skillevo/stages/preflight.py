@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import os
 import sys
 from pathlib import Path
 
@@ -41,8 +42,10 @@ def run(args: argparse.Namespace) -> str:
     split = tasks.split(loaded, params.tasks.gate, params.tasks.evidence, params.tasks.shared, params.source)
     side = load_side(args.incumbent, "incumbent")
     result = sampling.preflight(side.rows, split.gate, params.sampling, params.gate)
+    # the simulated sides are judged on every core this process may use: how fast, never what it states
     result = dataclasses.replace(result, planned=planned.planned_power(side.rows, split.gate, params.sampling,
-                                                                        params.gate, progress=True))
+                                                                        params.gate, progress=True,
+                                                                        workers=len(os.sched_getaffinity(0))))
     safefs.write_atomic(args.out, documents.dump_json(result.to_dict()))
     stage.warn("preflight", result.warnings)
     found = "nothing (too few runs)" if result.detectable_pct is None else f"{result.detectable_pct:.1f}%"

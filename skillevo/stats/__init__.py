@@ -14,7 +14,7 @@ for it (about 0.7 s of every `python -m skillevo.stages.*` before).
 from skillevo.stats.estimate import Estimate, bound_text, improvement_text, interval, p_text, significant
 from skillevo.stats.geometric import log_ratio
 from skillevo.stats.looks import LOOK_BOUNDARIES, look_fractions, look_levels, spent
-from skillevo.stats.per_resolved import per_resolved
+from skillevo.stats.per_resolved import per_resolved, per_resolved_at
 from skillevo.stats.power import (
     detectable_improvement_pct,
     detectable_per_resolved_pct,
@@ -26,5 +26,5 @@ from skillevo.stats.resolution import Quality, quality, runs_to_bound_drop
 __all__ = ["LOOK_BOUNDARIES", "Estimate", "Quality", "bound_text", "detectable_improvement_pct",
            "improvement_text",
            "detectable_per_resolved_pct", "interval", "log_ratio", "look_fractions", "look_levels", "per_resolved",
-           "per_resolved_variance", "quality", "p_text", "runs_for_saving", "runs_to_bound_drop", "significant",
-           "spent"]
+           "per_resolved_at", "per_resolved_variance", "quality", "p_text", "runs_for_saving", "runs_to_bound_drop",
+           "significant", "spent"]

@@ -73,6 +73,13 @@ def per_resolved(strata: Sequence[Stratum], alpha: float) -> Estimate | None:
     """The test over `strata` (one per gate task); None when it is undefined: a task without runs in an arm, an
     arm without a task of two runs (no spread to estimate), a negative or non-finite value, an arm that resolved
     nothing, or a metric that is zero in every run of an arm."""
+    estimates = per_resolved_at(strata, (alpha,))
+    return None if estimates is None else estimates[0]
+
+
+def per_resolved_at(strata: Sequence[Stratum], alphas: Sequence[float]) -> tuple[Estimate, ...] | None:
+    """`per_resolved` at each of `alphas` from one resampling: the levels differ only in their intervals, and
+    the resampling is most of the cost (a look asks for its estimate and its futility bound together)."""
     if not strata or any(not inc or not cand for inc, cand in strata):
         return None
     if any(all(len(s[a]) < 2 for s in strata) for a in (0, 1)):
@@ -93,8 +100,8 @@ def per_resolved(strata: Sequence[Stratum], alpha: float) -> Estimate | None:
         p, p_worse = (0.0, 1.0) if log_theta < 0 else (1.0, 0.0) if log_theta > 0 else (1.0, 1.0)
         exact = tuple((pct(float(x)), (pct(float(x)), pct(float(x)))) if ok else None
                       for x, ok in zip(task_theta[0], defined, strict=True))
-        return Estimate("per_resolved", pct(log_theta), (pct(log_theta), pct(log_theta)), math.exp(log_theta), p,
-                        p_worse, exact, "bootstrap-t", per_resolved=levels, resamples=0)
+        return tuple(Estimate("per_resolved", pct(log_theta), (pct(log_theta), pct(log_theta)), math.exp(log_theta),
+                              p, p_worse, exact, "bootstrap-t", per_resolved=levels, resamples=0) for _ in alphas)
     boot = [_cells(_resample(arm, _rng(strata, a))) for a, arm in enumerate(arms)]
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         star_theta, star_se = _overall(boot)
@@ -103,20 +110,29 @@ def per_resolved(strata: Sequence[Stratum], alpha: float) -> Estimate | None:
     t = log_theta / se
     p = float((1 + np.count_nonzero(t_star <= t)) / (RESAMPLES + 1))
     p_worse = float((1 + np.count_nonzero(t_star >= t)) / (RESAMPLES + 1))
-    interval = _interval(log_theta, se, t_star, alpha)
-    per_task: list[TaskEstimate] = []
+    ordered = np.sort(t_star)
+    task_ordered: list[np.ndarray | None] = []
     for k, ok in enumerate(defined):
-        x, x_se = float(task_theta[0, k]), float(task_se[0, k])
-        if not ok:
-            per_task.append(None)
-        elif x_se <= 0:
-            per_task.append((pct(x), (pct(x), pct(x))))
-        else:
+        if ok and float(task_se[0, k]) > 0:
             with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-                task_t = _studentise(star_task[:, k] - x, star_task_se[:, k])
-            per_task.append((pct(x), _interval(x, x_se, task_t, alpha)))
-    return Estimate("per_resolved", pct(log_theta), interval, math.exp(log_theta), p, p_worse, tuple(per_task),
-                    "bootstrap-t", per_resolved=levels, resamples=RESAMPLES)
+                task_ordered.append(np.sort(_studentise(star_task[:, k] - float(task_theta[0, k]), star_task_se[:, k])))
+        else:
+            task_ordered.append(None)
+    estimates = []
+    for alpha in alphas:
+        per_task: list[TaskEstimate] = []
+        for k, ok in enumerate(defined):
+            x, x_se, task_t = float(task_theta[0, k]), float(task_se[0, k]), task_ordered[k]
+            if not ok:
+                per_task.append(None)
+            elif task_t is None:
+                per_task.append((pct(x), (pct(x), pct(x))))
+            else:
+                per_task.append((pct(x), _interval(x, x_se, task_t, alpha)))
+        estimates.append(Estimate("per_resolved", pct(log_theta), _interval(log_theta, se, ordered, alpha),
+                                  math.exp(log_theta), p, p_worse, tuple(per_task), "bootstrap-t",
+                                  per_resolved=levels, resamples=RESAMPLES))
+    return tuple(estimates)
 
 
 def _arm(cells: Sequence[Sequence[Run]]) -> _Arm:
@@ -181,9 +197,8 @@ def _studentise(difference: np.ndarray, se: np.ndarray) -> np.ndarray:
     return np.where(np.isnan(out), -np.inf, out)
 
 
-def _interval(log_theta: float, se: float, t_star: np.ndarray, alpha: float) -> tuple[float, float]:
-    """The bootstrap-t interval at 1 - 2 alpha, as improvements (low, high)."""
-    ordered = np.sort(t_star)
+def _interval(log_theta: float, se: float, ordered: np.ndarray, alpha: float) -> tuple[float, float]:
+    """The bootstrap-t interval at 1 - 2 alpha, as improvements (low, high), from the sorted resampled t values."""
     low_q, high_q = _quantile(ordered, alpha), _quantile(ordered, 1 - alpha)
     upper, lower = log_theta - low_q * se, log_theta - high_q * se
     return _bounded_pct(upper), _bounded_pct(lower)
