@@ -191,3 +191,10 @@ def test_the_stage_prints_and_writes_its_figures(tmp_path: Path, capsys):
     found = json.loads(out.read_text())["planned"]
     assert found["draws"] == planned.DRAWS and found["arm"] == INCUMBENT and 0 <= found["power"] <= 1
     assert 4 <= found["mean_runs"] <= 8
+    # run as DVC runs it, a process of one thread, the stage judges its sides in forked workers (its params are
+    # proxies that must not cross a pipe) and states the same figures
+    forked = tmp_path / "forked.json"
+    subprocess.run([sys.executable, "-m", "skillevo.stages.preflight", "--incumbent", str(tmp_path / "inc"), "--tasks",
+                    str(tasks_file), "--params", str(params), "--out", str(forked)], check=True, capture_output=True,
+                   timeout=300)
+    assert json.loads(forked.read_text())["planned"] == found

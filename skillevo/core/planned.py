@@ -26,7 +26,8 @@ import multiprocessing
 import random
 import sys
 import threading
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -106,23 +107,40 @@ def schedule_power(design: betting.Design, plan: SamplingParams, saving: float, 
     rng = random.Random(f"skillevo planned power {seed}")
     world = design if evidence is None else likely_world(design, evidence)
     sides = [simulated_side(world, saving, plan.runs, rng) for _ in range(draws)]
-    judge = functools.partial(_judged, plan=plan, design=design)
+    judge = functools.partial(_judged, sides, plan=plan, design=design)
     with contextlib.ExitStack() as stack:
-        # forked, so no module is imported again, and only from a process with one thread (a thread holding a lock
-        # at the fork, tqdm's monitor for one, would hang the worker); otherwise here, one side after another
+        outcomes: Iterable[tuple[bool, int]] = map(judge, range(draws))
+        # forked workers inherit the sides and the judge, so only indices and verdicts cross the pipe (the stage's
+        # params are proxies that do not pickle), and no module is imported again; only from a process with one
+        # thread, since a thread holding a lock at the fork (tqdm's monitor for one) would hang the worker
+        # (a worker that dies fails the stage: BrokenProcessPool, never a hang)
         if workers > 1 and draws > 1 and threading.active_count() == 1:
-            pool = stack.enter_context(multiprocessing.get_context("fork").Pool(min(workers, draws)))
-            outcomes: Iterable[tuple[bool, int]] = pool.imap(judge, sides, chunksize=max(1, draws // (4 * workers)))
-        else:
-            outcomes = map(judge, sides)
+            pool = stack.enter_context(ProcessPoolExecutor(min(workers, draws),
+                                                           mp_context=multiprocessing.get_context("fork")))
+            global _FORKED
+            _FORKED = judge
+            try:  # map submits every side at once: the workers are forked here, before the pool's own thread
+                outcomes = pool.map(_judge_forked, range(draws), chunksize=max(1, draws // (4 * workers)))
+            finally:
+                _FORKED = None
         judged = list(tqdm(outcomes, total=draws, desc="preflight", unit="side", file=sys.stderr,
                            disable=not progress, mininterval=2))
     return sum(promoted for promoted, _ in judged) / draws, sum(runs for _, runs in judged) / draws
 
 
-def _judged(rows: list[dict[str, Any]], plan: SamplingParams, design: betting.Design) -> tuple[bool, int]:
+_FORKED: Callable[[int], tuple[bool, int]] | None = None  # the judge a forked worker inherits (set only to fork)
+
+
+def _judge_forked(side: int) -> tuple[bool, int]:
+    if _FORKED is None:
+        raise RuntimeError("a preflight worker was started without the sides it judges")
+    return _FORKED(side)
+
+
+def _judged(sides: list[list[dict[str, Any]]], side: int, plan: SamplingParams, design: betting.Design
+            ) -> tuple[bool, int]:
     """Whether the bench's looks promote one simulated side, and the runs a task they spent before stopping."""
-    planned = sampling.looks(plan)
+    rows, planned = sides[side], sampling.looks(plan)
     for look, runs in enumerate(planned, start=1):
         so_far = [row for row in rows if row["run"] <= runs]
         action = sampling.interim([r for r in so_far if r["arm"] == CONTROL],
