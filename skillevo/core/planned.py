@@ -33,6 +33,7 @@ from typing import Any
 
 from tqdm import tqdm
 
+from skillevo import stats
 from skillevo.core import sampling
 from skillevo.core.config import Policy, SamplingParams
 from skillevo.core.results import is_excluded
@@ -115,6 +116,7 @@ def schedule_power(design: betting.Design, plan: SamplingParams, saving: float, 
         # thread, since a thread holding a lock at the fork (tqdm's monitor for one) would hang the worker
         # (a worker that dies fails the stage: BrokenProcessPool, never a hang)
         if workers > 1 and draws > 1 and threading.active_count() == 1:
+            stats.look_levels(sampling.looks(plan), plan.sequential.alpha)  # cached once here, not in every worker
             pool = stack.enter_context(ProcessPoolExecutor(min(workers, draws),
                                                            mp_context=multiprocessing.get_context("fork")))
             global _FORKED
