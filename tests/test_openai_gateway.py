@@ -8,6 +8,7 @@ import contextlib
 import http.client
 import json
 import os
+import pickle
 import socket
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -313,13 +314,33 @@ def test_openai_caches_a_prefix_unasked_so_a_sessions_later_request_reads_what_t
     assert two["cache_read_input_tokens"] >= one["cache_creation_input_tokens"] > 0
 
 
-def test_a_gateway_with_the_ray_executor_is_refused_it_listens_on_loopback_only():
+@pytest.mark.gateway  # the pinned LiteLLM is checked for before anything starts
+def test_with_the_ray_executor_the_nodes_get_a_plan_and_only_their_runtime_env_gets_the_key(monkeypatch):
+    """A gateway on Ray: no proxy here; each node starts its own from a plan that holds no key (skillevo.bench.
+    ray_gateway, end to end in tests/test_ray_executor.py). The key is checked before anything starts."""
+    from skillevo.bench import ray_gateway
     from skillevo.bench import side as side_module
+    from skillevo.bench.ray_executor import RayExecutor
 
-    doc = _model_doc(backend="openai", name="gpt-5-mini", upstream="simulator")
+    provider_key = "sk-proj-planted-provider-key-77a1c0"
+    doc = _model_doc(backend="openai", name="gpt-5-mini")
     doc["bench"]["executor"] = "ray"
-    with pytest.raises(BadInput, match=r"\(rule: a gateway is loopback\)"):
-        side_module._executor(config.parse(doc), None)
+    p = config.parse(doc)
+    monkeypatch.delenv(models.OPENAI_KEY_ENV, raising=False)
+    with pytest.raises(BrokenEnvironment, match="OPENAI_API_KEY is not set"), side_module._open_model(p, None):
+        pass
+    monkeypatch.setenv(models.OPENAI_KEY_ENV, provider_key)
+    before = process_tree({os.getpid()})
+    with side_module._open_model(p, None) as (model, executor):
+        assert process_tree({os.getpid()}) == before  # no proxy on the driver
+        assert isinstance(executor, RayExecutor) and model.endpoint == ray_gateway.NODE_ENDPOINT
+        assert model.upstream == "openai/gpt-5-mini" and model.prices == models.gateway_prices(p.model)
+        plan = executor._gateway
+        assert plan is not None and plan.environ == {models.OPENAI_KEY_ENV: provider_key}
+        assert provider_key not in repr(plan) and provider_key not in repr(executor.init_kwargs())
+        assert provider_key.encode() not in pickle.dumps((plan.params, plan.upstream_url))  # what actors get
+    doc["bench"]["executor"] = "local"
+    assert not side_module._on_nodes(config.parse(doc))
 
 
 def test_a_proxy_that_fails_to_start_shows_its_log_without_either_key(monkeypatch, tmp_path):

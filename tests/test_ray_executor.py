@@ -34,7 +34,8 @@ try:
 except ImportError as e:  # no skip: without the `ray` extra every test here fails, as CI must notice
     ray, RAY_MISSING = None, f"Ray is not installed ({e}): pip install -e '.[ray]'"
 
-from skillevo.bench import RayExecutor, RayExecutorError, build_cells, plan, ray_executor, run_side
+from skillevo.backends import gateway
+from skillevo.bench import RayExecutor, RayExecutorError, build_cells, plan, ray_executor, ray_gateway, run_side
 from skillevo.core import config, models
 from skillevo.core.models import Model
 from skillevo.files.digests import canonical_json, sha256_bytes
@@ -497,4 +498,115 @@ def test_a_local_instance_for_the_run_stays_on_loopback_and_goes_away(tmp_path, 
     while _cluster_pids(Path(session).name) and time.monotonic() < deadline:
         time.sleep(0.2)  # ray.shutdown stops the instance it started
     assert not [cmdline(pid) for pid in _cluster_pids(Path(session).name)]
+    shutil.rmtree(session, ignore_errors=True)  # the instance's logs, under Ray's default temp dir
+
+
+class ProxyWatch(threading.Thread):
+    """Polls the cluster's processes while a bench runs: each LiteLLM proxy seen, by the raylet (node) it runs under."""
+
+    def __init__(self, marker: str) -> None:
+        super().__init__(daemon=True)
+        self.marker, self.stop, self.proxies = marker, threading.Event(), {}
+
+    def _node(self, pid: int) -> int | None:
+        while pid > 1:
+            if "/raylet/raylet" in cmdline(pid):
+                return pid
+            try:
+                pid = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                return None
+        return None
+
+    def run(self) -> None:
+        while not self.stop.wait(0.3):
+            for pid in _cluster_pids(self.marker):
+                if pid not in self.proxies and "litellm" in cmdline(pid) and "--config" in cmdline(pid):
+                    self.proxies[pid] = self._node(pid)
+
+    def __enter__(self) -> ProxyWatch:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop.set()
+        self.join()
+
+
+@pytest.mark.gateway  # the pinned LiteLLM proxy
+def test_a_gateway_backend_sends_each_nodes_cells_to_that_nodes_own_proxy(cluster, tmp_path, monkeypatch):
+    """bench.executor ray with model.backend openai (offline: the simulator upstream): each of the two nodes starts its
+    own LiteLLM proxy on its loopback, every cell resolves through a proxy, the upstream key is in no task's or
+    actor's arguments (only in Ray's runtime-env log, as the anthropic key is), and every proxy goes with the run."""
+    tasks_file = make_mini(tmp_path)
+    doc = _ray_doc(cluster, runs=2)
+    doc["model"].update(backend="openai", name="gpt-5-mini", upstream="simulator")
+    p = config.parse(doc)
+    side = plan("incumbent", tasks_file, ROOT / "skills", None, p)
+    side.tasks, side.arms = side.tasks[:1], [a for a in side.arms if not a.is_baseline]  # greet: the one to resolve
+    submitted, actors = [], []
+    original = RayExecutor._submit
+    monkeypatch.setattr(RayExecutor, "_submit",
+                        lambda self, task, *args: submitted.append(args) or original(self, task, *args))
+    real_start = ray_gateway.start
+    monkeypatch.setattr(ray_gateway, "start", lambda ray_, plan_, *a, **k: actors.append(plan_) or real_start(
+        ray_, plan_, *a, **k))
+    with SocketWatch(cluster.temp_dir) as watch, ProxyWatch(cluster.temp_dir) as proxies:
+        rows = run_side(side, p, tmp_path / "out", quiet=True, scratch_root=_scratch(tmp_path))
+    watch.check()
+    assert not watch.bad, watch.bad
+    assert len(rows) == len(submitted) == 4  # a task x 2 arms x 2 runs
+    for row in rows:
+        assert row["resolved"] is True and row["backend"] == "openai", row["error_detail"]
+        assert row["served_models"] == ["gpt-5-mini"] and row["simulated"] is True and row["cost_usd"] > 0
+    # one proxy on each node, under each node's own raylet
+    assert len(proxies.proxies) == 2 and len(set(proxies.proxies.values())) == 2, proxies.proxies
+    assert None not in proxies.proxies.values()
+    [plan_] = actors
+    [key] = plan_.environ.values()
+    assert key.startswith("sk-skillevo-provider-") and key not in repr(plan_)
+    assert key.encode() not in pickle.dumps(submitted) and key.encode() not in pickle.dumps(
+        (plan_.params, plan_.upstream_url))  # what the actors are created with
+    for f in (tmp_path / "out").rglob("*"):
+        assert not f.is_file() or key.encode() not in f.read_bytes(), f
+    logged = {f.name for f in Path(cluster.temp_dir).rglob("*") if f.is_file() and key.encode() in f.read_bytes()}
+    assert logged and all(re.fullmatch(r"runtime_env_agent(\.\d+)?\.log", name) for name in logged), logged
+    deadline = time.monotonic() + 30
+    while any(Path(f"/proc/{pid}").exists() for pid in proxies.proxies) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not [pid for pid in proxies.proxies if Path(f"/proc/{pid}").exists()]
+    assert not _sessions_left(tmp_path)
+
+
+@pytest.mark.gateway  # the pinned LiteLLM proxy
+def test_a_local_instance_runs_a_gateway_side_and_leaves_no_proxy_and_no_key_behind(tmp_path, monkeypatch):
+    """`ray_address: null` with model.backend openai: the instance's one node starts its proxy, inheriting the
+    upstream key from this process for the run only; nothing listens off loopback, and nothing stays."""
+    tasks_file = make_mini(tmp_path)
+    doc = params_doc(runs=1, workers=1, bench={"executor": "ray"})
+    doc["model"].update(backend="openai", name="gpt-5-mini", upstream="simulator")
+    p = config.parse(doc)
+    side = plan("incumbent", tasks_file, ROOT / "skills", None, p)
+    side.tasks, side.arms = side.tasks[:1], [a for a in side.arms if a.name == "auto"]
+    sessions = set()
+    release = RayExecutor._release
+
+    def recording(ray_, owned, env):
+        sessions.add(ray_._private.worker._global_node.get_session_dir_path())
+        return release(ray_, owned, env)
+
+    monkeypatch.setattr(RayExecutor, "_release", staticmethod(recording))
+    before = process_tree({os.getpid()})
+    with SocketWatch(None) as watch:
+        [row] = run_side(side, p, tmp_path / "out", quiet=True, scratch_root=_scratch(tmp_path))
+    watch.check()
+    assert not watch.bad, watch.bad
+    assert row["resolved"] is True and row["backend"] == "openai", row["error_detail"]
+    assert "litellm" in watch.listening, watch.listening  # the node's proxy, on loopback
+    assert gateway.SIMULATED_KEY_ENV not in os.environ  # set for the instance's processes only
+    deadline = time.monotonic() + 30
+    while process_tree({os.getpid()}) - before - {os.getpid()} and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not [cmdline(pid) for pid in process_tree({os.getpid()}) - before - {os.getpid()}]
+    [session] = sessions
     shutil.rmtree(session, ignore_errors=True)  # the instance's logs, under Ray's default temp dir

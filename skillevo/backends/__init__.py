@@ -12,7 +12,6 @@ meaningful only to the simulator) and gets an Endpoint; pricing travels in the M
 
 from __future__ import annotations
 
-import secrets
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
@@ -91,7 +90,7 @@ def open_model(params: Any, *, simulator: Any = None,
             if simulator is None:
                 raise BrokenEnvironment("the simulated backend needs a simulator")
             if params.backend in models.GATEWAY_BACKENDS:  # the proxy must show the provider key to get an answer
-                simulator.api_key = f"sk-skillevo-provider-{secrets.token_hex(16)}"
+                simulator.api_key = gateway.minted_provider_key()
             sim_url = stack.enter_context(simulator).url()
         credential: Credential | None
         if params.backend in models.GATEWAY_BACKENDS:  # LiteLLM, an optional extra, runs as a process of its own

@@ -16,6 +16,7 @@ pinned table (skillevo.core.pins.OPENAI_MODELS) or params model.prices (core.mod
 
 from __future__ import annotations
 
+import ctypes
 import importlib.metadata
 import os
 import secrets
@@ -79,6 +80,23 @@ def preflight(params: Any, simulated: bool = False) -> Path:
     return command
 
 
+def minted_provider_key() -> str:
+    """The key the simulator demands of the proxy offline, as a provider would: minted per run."""
+    return f"sk-skillevo-provider-{secrets.token_hex(16)}"
+
+
+def upstream_label(params: Any, name: str, simulated: bool) -> str:
+    """Who answers behind the proxy, as rows and promotion.json name it: the simulator, or the provider's model."""
+    if simulated:
+        return "simulator"
+    return (config(params, name, None, None)["model_list"][0]["litellm_params"]["model"]
+            + (f" at {params.base_url}" if params.base_url else ""))
+
+
+def _die_with_parent() -> None:
+    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG: a killed owner takes it along
+
+
 def config(params: Any, name: str, upstream_url: str | None, key_env: str | None) -> dict[str, Any]:
     """The proxy's config: one model, the provider's key by variable name only, the master key likewise."""
     if upstream_url is not None:
@@ -132,10 +150,11 @@ def _stop(proc: subprocess.Popen) -> None:
 
 
 @contextmanager
-def open_gateway(params: Any, name: str, *, upstream_url: str | None = None,
-                 upstream_key: str | None = None) -> Iterator[tuple[Model, Credential]]:
+def open_gateway(params: Any, name: str, *, upstream_url: str | None = None, upstream_key: str | None = None,
+                 die_with_parent: bool = False) -> Iterator[tuple[Model, Credential]]:
     """Start the proxy for `name` and yield the Model the sessions use (its loopback URL) and the per-run key the
-    relay sends; stop it after. `upstream_url`/`upstream_key`: the simulator's, offline."""
+    relay sends; stop it after. `upstream_url`/`upstream_key`: the simulator's, offline. `die_with_parent`: the proxy
+    is killed when the thread that started it ends (a Ray actor's, which Ray may kill without notice)."""
     command = preflight(params, simulated=upstream_url is not None)
     key_env = provider_key_env(params)
     env = {k: os.environ[k] for k in PASSED_ENV if k in os.environ}
@@ -158,14 +177,13 @@ def open_gateway(params: Any, name: str, *, upstream_url: str | None = None,
         with open(log, "wb") as out:
             proc = subprocess.Popen([str(command), "--config", str(cfg), "--host", "127.0.0.1", "--port", str(port),
                                      "--num_workers", "1"], env=env, cwd=home, stdin=subprocess.DEVNULL, stdout=out,
-                                    stderr=subprocess.STDOUT, start_new_session=True)
+                                    stderr=subprocess.STDOUT, start_new_session=True,
+                                    preexec_fn=_die_with_parent if die_with_parent else None)
         try:
             url = f"http://127.0.0.1:{port}"
             _ready(url, proc, log, hidden)
-            upstream = "simulator" if upstream_url is not None else (
-                config(params, name, None, None)["model_list"][0]["litellm_params"]["model"]
-                + (f" at {params.base_url}" if params.base_url else ""))
-            model = Model(params.backend, name, url, params.effort, upstream=upstream,
+            model = Model(params.backend, name, url, params.effort,
+                          upstream=upstream_label(params, name, simulated=upstream_url is not None),
                           prices=models.gateway_prices(params, name))
             yield model, Credential(AUTH_TOKEN_ENV, run_key)
         finally:

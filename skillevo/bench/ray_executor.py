@@ -16,6 +16,8 @@ results.jsonl, transcripts and patches are written by the same code.
   other emptied, set at `ray.init`, and only when there is one) or in the workers' own environment (a local
   instance's workers inherit this process's): never in a task's arguments, and never in a row or artifact.
   A worker reads it with skillevo.core.models.credential(), the same rule as the driver.
+- Behind a gateway backend (openai, litellm) each node runs its own proxy (skillevo.bench.ray_gateway), which
+  alone holds the provider's key; a cell sends its node proxy's per-run key.
 - A cell's spec holds paths on the driver's machine (its template and scratch directory). Remote
   workers need the same paths (a shared filesystem, or the project image with the checkout mounted at
   the same place); a worker without them, or without the sandbox's prerequisites, stops the run with
@@ -42,6 +44,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from skillevo.bench import ray_gateway
 from skillevo.bench.cell import CellResult, CellSpec, infra_error, run_cell
 from skillevo.bench.executor import OnResult
 from skillevo.core import models
@@ -98,21 +101,27 @@ def _credential(spec: CellSpec) -> models.Credential | None:
     return None if spec.model.simulated else models.credential()
 
 
-def skillevo_cell(spec: CellSpec, stop_file: str) -> CellResult | None:
+def skillevo_cell(spec: CellSpec, stop_file: str, gateway_run: str | None = None) -> CellResult | None:
     """The Ray task: one cell, run in a thread and stopped the way a local cell stops (sandboxes torn
     down, scratch removed) once the driver creates `stop_file` in the shared scratch directory, or on
     Ray's own cancellation (a KeyboardInterrupt here). A cell stopped before it started returns None; one stopped
-    while it ran returns its `cancelled` row."""
+    while it ran returns its `cancelled` row. `gateway_run`: the run whose node proxies the sessions go to."""
     stop = Path(stop_file)
     if stop.exists():
         return None
     _check_node(spec)
+    credential = _credential(spec)
+    if gateway_run is not None:
+        try:
+            spec, credential = ray_gateway.on_node(spec, gateway_run)
+        except LookupError as e:
+            raise NodeUnfit(str(e)) from None
     cancel = threading.Event()
     outcome: dict[str, Any] = {}
 
     def job() -> None:
         try:
-            outcome["result"] = run_cell(spec, credential=_credential(spec), cancel=cancel)
+            outcome["result"] = run_cell(spec, credential=credential, cancel=cancel)
         except BaseException as e:  # noqa: BLE001 - handed to the task's thread below
             outcome["error"] = e
 
@@ -157,18 +166,21 @@ class RayExecutor:
     """Cells as Ray tasks on the cluster at `address` (None: a local instance started for this run)."""
 
     def __init__(self, address: str | None = None, *, max_retries: int, cell_resources: Mapping[str, float],
-                 local_workers: int, credential: models.Credential | None = None) -> None:
-        """Values come from params bench.* (validated by skillevo.core.config)."""
+                 local_workers: int, credential: models.Credential | None = None,
+                 gateway: ray_gateway.NodePlan | None = None) -> None:
+        """Values come from params bench.* (validated by skillevo.core.config); `gateway`: a proxy on each node."""
         self.address = address or None
         self.max_retries = max_retries
         self.cell_resources = {name: float(amount) for name, amount in cell_resources.items()}
         self.local_workers = local_workers
         self._credential = credential
+        self._gateway = gateway
 
     @classmethod
-    def from_params(cls, bench: BenchParams, credential: models.Credential | None = None) -> RayExecutor:
+    def from_params(cls, bench: BenchParams, credential: models.Credential | None = None,
+                    gateway: ray_gateway.NodePlan | None = None) -> RayExecutor:
         return cls(bench.ray_address, max_retries=bench.ray_max_retries, cell_resources=bench.ray_cell_resources,
-                   local_workers=bench.workers, credential=credential)
+                   local_workers=bench.workers, credential=credential, gateway=gateway)
 
     # what the task asks of a node, in Ray's terms
     def task_options(self) -> dict[str, Any]:
@@ -214,6 +226,8 @@ class RayExecutor:
             os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")  # offline: no usage reports
             if self._credential:  # the instance's processes start with this environment
                 os.environ.update(self._credential.environ())
+            if self._gateway:  # the nodes' proxies too (on a cluster, their own runtime_env carries it)
+                os.environ.update(self._gateway.environ)
         # ray.init replaces the SIGTERM handler with sys.exit; the bench's own (cancel, keep finished
         # cells, exit 130) stays in charge
         main = threading.current_thread() is threading.main_thread()
@@ -237,7 +251,8 @@ class RayExecutor:
         except (OSError, ValueError) as e:
             raise RayExecutorError(f"no Ray cluster answers at {self.address} (bench.ray_address): {e}") from None
 
-    def _check_capacity(self, ray: Any) -> None:
+    def _check_capacity(self, ray: Any) -> list[str]:
+        """The nodes that can run cells (their IDs); none stops the run, saying what to start."""
         need = {_BUILTIN.get(n, n): a for n, a in self.cell_resources.items() if a > 0}
         nodes = [n for n in ray.nodes() if n.get("Alive")]
         fit = [n for n in nodes if all(n.get("Resources", {}).get(r, 0) >= a for r, a in need.items())]
@@ -248,9 +263,10 @@ class RayExecutor:
                 f"the workers that have bwrap, socat and the pinned CLI with `ray start ... --resources="
                 f"'{{\"{SANDBOX_RESOURCE}\": <cells at once>}}'` (see docs/ray.md)")
         log.info("ray: %d of %d node(s) can run cells", len(fit), len(nodes))
+        return [n["NodeID"] for n in fit]
 
-    def _submit(self, task: Any, cell: CellSpec, stop_file: str) -> Any:
-        return task.remote(cell, stop_file)
+    def _submit(self, task: Any, cell: CellSpec, stop_file: str, gateway_run: str | None = None) -> Any:
+        return task.remote(cell, stop_file, gateway_run)
 
     @staticmethod
     def _stop_file(cell: CellSpec, run_id: str) -> str:
@@ -297,15 +313,20 @@ class RayExecutor:
         except ImportError:
             raise RayExecutorError("bench.executor is ray, but Ray is not installed: pip install -e '.[ray]'") from None
 
-        env = {name: os.environ.get(name) for name in _ENV_RAY_SETS}
+        sets = (*_ENV_RAY_SETS, *(self._gateway.environ if self._gateway else ()))
+        env = {name: os.environ.get(name) for name in sets}
         owned = not ray.is_initialized()
         run_id = uuid.uuid4().hex
         pending: dict[Any, CellSpec] = {}
+        gateways: dict[str, Any] = {}
         try:
             self._connect(ray)
-            self._check_capacity(ray)
+            nodes = self._check_capacity(ray)
+            if self._gateway is not None:
+                gateways = ray_gateway.start(ray, self._gateway, nodes, run_id, on_cluster=self.address is not None)
+            gateway_run = run_id if self._gateway is not None else None
             task = ray.remote(skillevo_cell).options(**self.task_options())
-            pending = {self._submit(task, cell, self._stop_file(cell, run_id)): cell for cell in cells}
+            pending = {self._submit(task, cell, self._stop_file(cell, run_id), gateway_run): cell for cell in cells}
             while pending:
                 if cancel.is_set():
                     break
@@ -324,7 +345,11 @@ class RayExecutor:
                             if result is not None:  # it ran until the stop: its cancelled row is kept
                                 on_result(cell, result)
             finally:
-                self._release(ray, owned, env)
+                try:
+                    if gateways:
+                        ray_gateway.stop(ray, gateways)
+                finally:
+                    self._release(ray, owned, env)
 
     @staticmethod
     def _release(ray: Any, owned: bool, env: dict[str, str | None]) -> None:

@@ -30,6 +30,7 @@ from skillevo.bench.reruns import Payer
 from skillevo.bench.sideplan import SidePlan, build_cells
 from skillevo.core import controls, layout, models, price, sampling
 from skillevo.core.config import BenchParams, Params
+from skillevo.core.models import Model
 from skillevo.core.results import (
     EXCLUDED_ERROR_KINDS,
     SYSTEMIC_ERROR_KINDS,
@@ -118,17 +119,29 @@ def _check_headroom(scratch: Path, bench: BenchParams) -> None:
                                 "(rule: disk headroom)")
 
 
-def _executor(params: Params, credential: models.Credential | None) -> Executor:
-    """bench.executor: local (cells on this machine) or ray (cells as tasks on a Ray cluster)."""
-    if params.bench.executor == "ray":
-        if params.model.backend in models.GATEWAY_BACKENDS:
-            raise BadInput(f"{params.source}: bench.executor ray with model.backend {params.model.backend}: the "
-                           "gateway listens on this machine's loopback only, out of other nodes' reach; run the bench "
-                           "with bench.executor local (rule: a gateway is loopback)")
-        from skillevo.bench.ray_executor import RayExecutor  # noqa: PLC0415 - the optional `ray` extra
+def _on_nodes(params: Params) -> bool:
+    """A gateway backend with the Ray executor: each node runs its own proxy (skillevo.bench.ray_gateway)."""
+    return params.bench.executor == "ray" and params.model.backend in models.GATEWAY_BACKENDS
 
-        return RayExecutor.from_params(params.bench, credential)
-    return LocalExecutor(params.bench.workers, credential)
+
+@contextmanager
+def _open_model(params: Params, simulator: Any) -> Iterator[tuple[Model, Executor]]:
+    """Who answers the side's sessions, and the executor that sends cells there (bench.executor: local, cells on
+    this machine; ray, cells as tasks on a Ray cluster, behind a gateway each to its own node's proxy)."""
+    if _on_nodes(params):
+        from skillevo.bench import ray_gateway  # noqa: PLC0415 - the optional `ray` extra
+        from skillevo.bench.ray_executor import RayExecutor  # noqa: PLC0415
+
+        with ray_gateway.open_for_nodes(params.model, simulator=simulator) as (mdl, plan):
+            yield mdl, RayExecutor.from_params(params.bench, gateway=plan)
+        return
+    with backends.open_model(params.model, simulator=simulator) as (mdl, credential):
+        if params.bench.executor == "ray":
+            from skillevo.bench.ray_executor import RayExecutor  # noqa: PLC0415
+
+            yield mdl, RayExecutor.from_params(params.bench, credential)
+        else:
+            yield mdl, LocalExecutor(params.bench.workers, credential)
 
 
 PARTIAL = ".partial"  # marks a side directory that holds what an interrupted bench finished, never a result
@@ -277,8 +290,8 @@ def run_side(p: SidePlan, params: Params, out: Path, *, executor: Executor | Non
 
             simulator, noise = for_side(p.tasks, frozenset(layout.skill_names_in(p.family)),
                                         p.tasks_file.parent / "playbooks", params)
-        mdl, credential = stack.enter_context(backends.open_model(params.model, simulator=simulator))
-        runner = executor or _executor(params, credential)
+        mdl, own = stack.enter_context(_open_model(params, simulator))
+        runner = executor or own
         cells = build_cells(p, params.bench, mdl, scratch)
         if not quiet:  # once the machine, the CLI and the backend are known good: a refusal stays one line
             sessions = sum(len(cell.arm.sessions) for cell in cells)
