@@ -39,6 +39,7 @@ from skillevo.bench import RayExecutor, RayExecutorError, build_cells, plan, ray
 from skillevo.core import config, models
 from skillevo.core.models import Model
 from skillevo.files.digests import canonical_json, sha256_bytes
+from skillevo.files.errors import BrokenEnvironment
 from skillevo.files.schemas import validate
 from skillevo.simulator import Simulator, demo, load_all
 from tests.bench_fixtures import ROOT, make_mini, params, params_doc
@@ -610,3 +611,26 @@ def test_a_local_instance_runs_a_gateway_side_and_leaves_no_proxy_and_no_key_beh
     assert not [cmdline(pid) for pid in process_tree({os.getpid()}) - before - {os.getpid()}]
     [session] = sessions
     shutil.rmtree(session, ignore_errors=True)  # the instance's logs, under Ray's default temp dir
+
+
+@pytest.mark.gateway  # the pinned LiteLLM proxy
+def test_a_node_whose_proxy_cannot_start_stops_the_run_before_any_cell_saying_why(cluster, tmp_path):
+    """A node without the provider's key (the job gave none): its proxy refuses to start, so no cell runs anywhere
+    and the run says what the node said; no actor and no proxy stays."""
+    p = params(runs=1)
+    side, _ = _mini_side(tmp_path, p, tasks=1)
+    absent = "SKILLEVO_TEST_ABSENT_PROVIDER_KEY"
+    model = config.parse(params_doc(model={"backend": "litellm", "name": "qwen3", "provider_model": "ollama/qwen3",
+                                           "key_env": absent, "prices": {"input": 0, "cached_input": 0,
+                                                                         "output": 0}})).model
+    plan_ = ray_gateway.NodePlan(dataclasses.replace(model), None, {})  # what the driver would have put: nothing
+    cells = build_cells(side, p.bench, Model("litellm", "qwen3", ray_gateway.NODE_ENDPOINT), tmp_path)
+    ran = []
+    with pytest.raises(BrokenEnvironment, match=f"a node's gateway proxy did not start .*{absent} is not set"):
+        RayExecutor.from_params(dataclasses.replace(p.bench, ray_address=cluster.address), gateway=plan_).run(
+            cells, lambda c, r: ran.append(r), threading.Event())
+    assert not ran
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and [p for p in _cluster_pids(cluster.temp_dir) if "litellm" in cmdline(p)]:
+        time.sleep(0.2)
+    assert not [cmdline(p) for p in _cluster_pids(cluster.temp_dir) if "litellm" in cmdline(p)]

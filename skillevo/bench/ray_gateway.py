@@ -25,6 +25,7 @@ from skillevo.bench.cell import CellSpec
 from skillevo.core import models
 from skillevo.core.config import ModelParams
 from skillevo.core.models import AUTH_TOKEN_ENV, Credential, Model
+from skillevo.files.errors import BrokenEnvironment
 
 NODE_ENDPOINT = "http://node-gateway.invalid"  # a cell's base URL until the node it runs on gives its proxy's
 READY_TIMEOUT_S = gateway.READY_TIMEOUT_S + 60  # the actor's worker starts first
@@ -97,7 +98,14 @@ def start(ray: Any, plan: NodePlan, node_ids: list[str], run_id: str, *, on_clus
         if on_cluster and plan.environ:  # a local instance's processes inherit it from this process instead
             options["runtime_env"] = {"env_vars": dict(plan.environ)}
         handles[name] = actor.options(**options).remote(plan.params, plan.upstream_url)
-    ray.get([h.endpoint.remote() for h in handles.values()], timeout=READY_TIMEOUT_S)
+    try:
+        ray.get([h.endpoint.remote() for h in handles.values()], timeout=READY_TIMEOUT_S)
+    except (ray.exceptions.RayError, ray.exceptions.GetTimeoutError) as e:
+        for handle in handles.values():
+            ray.kill(handle)
+        said = [line for line in str(e).splitlines() if line.strip()][-1:] or [type(e).__name__]
+        raise BrokenEnvironment(f"a node's gateway proxy did not start (rule: a gateway that answers): {said[0]}"
+                                ) from None
     return handles
 
 
