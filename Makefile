@@ -135,7 +135,7 @@ session-demo: setup
 
 # ruff's linter, configured in pyproject.toml to the code's own style (no `ruff format`).
 lint: setup-test
-	$(PY) -m ruff check skillevo tests benchmarks
+	$(PY) -m ruff check skillevo stages tests benchmarks  # stages/: the package links it; ruff follows no link
 	$(PY) -m mypy  # pyproject.toml [tool.mypy]: the package, strict on skillevo.files, .core and .gate
 
 # Two tiers (docs/testing.md): `test` is everything that needs no CLI, bubblewrap or Ray (minutes, in-process);

@@ -10,9 +10,11 @@ dvc.yaml dependencies and the cell store's harness digest rest on.
 
 from __future__ import annotations
 
+import os
 from itertools import pairwise
 from pathlib import Path
 
+from skillevo.bench import harness
 from skillevo.bench.harness import ROOT, imports, module_file
 
 PACKAGE = ROOT / "skillevo"
@@ -28,7 +30,7 @@ def _node(path: Path) -> str | None:
 
 
 def _modules() -> list[Path]:
-    return sorted(p for p in PACKAGE.rglob("*.py") if "__pycache__" not in p.parts)
+    return sorted(harness.package_modules())
 
 
 def _graph() -> dict[str, dict[str, set[str]]]:
@@ -120,3 +122,15 @@ def test_every_data_file_the_harness_digests_hangs_on_a_module_that_exists():
         assert (ROOT / module).is_file(), f"harness.DATA names {module}, which does not exist"
         for path in data:
             assert (ROOT / path).exists(), f"harness.DATA: {module} reads {path}, which does not exist"
+
+
+def test_stages_and_schemas_sit_at_the_top_and_the_package_reaches_them_through_links():
+    """The design card's layout: stages/ and schemas/ at the top; skillevo/stages and skillevo/schemas are links
+    to them, so the package (and a clone of it) imports the scripts of its own tree; the wheel carries copies
+    (tests/test_package.py)."""
+    for name in ("stages", "schemas"):
+        assert (ROOT / name).is_dir() and not (ROOT / name).is_symlink(), name
+        link = ROOT / "skillevo" / name
+        assert link.is_symlink() and os.readlink(link) == f"../{name}", link
+    stage_scripts = {p.stem for p in harness.package_modules() if p.parent == ROOT / "skillevo/stages"}
+    assert {"bench", "gate", "identity", "__init__"} <= stage_scripts, stage_scripts

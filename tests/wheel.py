@@ -4,6 +4,7 @@ this venv's site-packages for them; nothing of the checkout is on its path."""
 
 from __future__ import annotations
 
+import os
 import site
 import subprocess
 import sys
@@ -21,10 +22,12 @@ def fresh_install(tmp: Path) -> tuple[Path, Path]:
     (src / "pyproject.toml").write_bytes((ROOT / "pyproject.toml").read_bytes())
     # the working tree, not the last commit: copy what git tracks or would track
     files = subprocess.run(["git", "-C", str(ROOT), "ls-files", "--cached", "--others", "--exclude-standard",
-                            "skillevo"], capture_output=True, text=True, check=True).stdout.split()
+                            "skillevo", "stages", "schemas"], capture_output=True, text=True, check=True).stdout.split()
     for rel in files:
-        if (ROOT / rel).is_file():
-            (src / rel).parent.mkdir(parents=True, exist_ok=True)
+        (src / rel).parent.mkdir(parents=True, exist_ok=True)
+        if (ROOT / rel).is_symlink():  # skillevo/stages and skillevo/schemas: links to the top-level directories
+            (src / rel).symlink_to(os.readlink(ROOT / rel))
+        elif (ROOT / rel).is_file():
             (src / rel).write_bytes((ROOT / rel).read_bytes())
     dist = tmp / "dist"
     subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w", str(dist),

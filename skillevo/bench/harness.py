@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ast
 import functools
+import os
 import re
 import subprocess
 from importlib.metadata import PackageNotFoundError, version
@@ -20,7 +21,7 @@ from skillevo.files.digests import framed_digest, sha256_json
 
 ROOT = Path(__file__).resolve().parents[2]  # the checkout, or site-packages: paths below are the same in both
 PACKAGES = ("skillevo",)
-STAGES = "skillevo/stages"
+STAGES = "skillevo/stages"  # the package's path: in a checkout, a link to the top-level stages/
 BENCH_SCRIPT = f"{STAGES}/bench.py"
 SIMULATOR = "skillevo/simulator/"  # the offline model: a backend, not the engine (engine_digest)
 # Files a module reads at run time besides its imports.
@@ -39,6 +40,15 @@ TOOLS = {
     "python3": ["/usr/bin/python3", "--version"],
     "pytest": ["/usr/bin/python3", "-m", "pytest", "--version"],
 }
+
+
+def package_modules() -> list[Path]:
+    """Every module file of the package, the linked stages/ among them (pathlib's rglob follows no link)."""
+    found = []
+    for top, dirs, files in os.walk(ROOT / PACKAGES[0], followlinks=True):
+        dirs[:] = sorted(d for d in dirs if d != "__pycache__")
+        found += [Path(top) / f for f in sorted(files) if f.endswith(".py")]
+    return found
 
 
 def module_file(name: str) -> Path | None:
