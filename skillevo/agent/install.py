@@ -9,6 +9,7 @@ The npm package's postinstall puts the native binary in place; the result is che
 from __future__ import annotations
 
 import argparse
+import fcntl
 import os
 import shutil
 import subprocess
@@ -19,6 +20,7 @@ from skillevo.core.pins import CLAUDE_CODE_PACKAGE, CLAUDE_CODE_VERSION
 from skillevo.files.errors import BrokenEnvironment
 
 BIN = Path("node_modules/.bin/claude")  # below a prefix
+LOCK = ".skillevo-install.lock"  # in the prefix: one install into it at a time
 
 
 def default_prefix() -> Path:
@@ -38,7 +40,9 @@ def installed_version(binary: Path) -> str:
 
 
 def install(prefix: Path) -> Path:
-    """The pinned CLI's binary under `prefix`, installed unless it already is."""
+    """The pinned CLI's binary under `prefix`, installed unless it already is. Two installs into one prefix at once
+    (two `make setup`s, parallel jobs) take turns: npm replaces node_modules/ whole, so one install's check could
+    otherwise run while the other's npm had the binary removed."""
     binary = prefix / BIN
     if binary.exists() and installed_version(binary) == CLAUDE_CODE_VERSION:
         return binary
@@ -47,6 +51,14 @@ def install(prefix: Path) -> Path:
         raise BrokenEnvironment("npm is not installed (the pinned Claude Code CLI is an npm package): install "
                                 "Node.js 18 or later, e.g. `sudo apt-get install -y nodejs npm`")
     prefix.mkdir(parents=True, exist_ok=True)
+    with open(prefix / LOCK, "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes, or with the process
+        if binary.exists() and installed_version(binary) == CLAUDE_CODE_VERSION:
+            return binary  # the install we waited for
+        return _npm_install(npm, prefix, binary)
+
+
+def _npm_install(npm: str, prefix: Path, binary: Path) -> Path:
     done = subprocess.run([npm, "install", "--prefix", str(prefix), "--no-fund", "--no-audit", "--loglevel=error",
                            f"{CLAUDE_CODE_PACKAGE}@{CLAUDE_CODE_VERSION}"], capture_output=True, text=True)
     if done.returncode != 0:
