@@ -4,6 +4,8 @@ the same thing reads it from there, so a params file cannot accept a name the fr
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 
 import pytest
 
@@ -52,3 +54,16 @@ def test_arm_names_fit_both_sides():
     longest = "a" * 54
     assert incumbent.is_valid(longest) and arm.is_valid("candidate_" + longest)
     assert not incumbent.is_valid("candidate_x") and not incumbent.is_valid("a" * 55)
+
+
+def test_every_schema_is_checked_before_a_document_is_and_reading_one_needs_no_jsonschema():
+    """The registry a validator resolves `$ref`s in holds every schema, each checked against 2020-12; a process
+    that only reads definitions (the identity stage, run on every repro) imports no jsonschema."""
+    schemas._registry.cache_clear()
+    registry = schemas._registry()
+    assert {uri.rsplit("/", 1)[-1] for uri in registry} == {p.name for p in schemas.SCHEMA_DIR.glob("*.schema.json")}
+    assert schemas.checked_schema.cache_info().currsize >= len(list(schemas.SCHEMA_DIR.glob("*.schema.json")))
+    code = ("import sys\nimport skillevo.stages.identity, skillevo.core.config, skillevo.core.frontmatter\n"
+            "print(sorted(m for m in sys.modules if m.split('.')[0] in ('jsonschema', 'referencing')))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"

@@ -12,12 +12,13 @@ import copy
 import functools
 import json
 from pathlib import Path
-from typing import Any
-
-import jsonschema
-from referencing import Registry, Resource
+from typing import TYPE_CHECKING, Any
 
 from skillevo.files.errors import BadInput, one_line
+
+if TYPE_CHECKING:  # jsonschema is imported where a document is validated: a process that only reads a schema's
+    import jsonschema  # definitions (the identity stage, on every repro) never pays for it
+    from referencing import Registry
 
 SCHEMA_DIR = Path(__file__).resolve().parents[1] / "schemas"
 BASE_URI = "https://skillevo.invalid/schemas/"
@@ -34,17 +35,29 @@ def _file(name: str) -> str:
 
 @functools.cache
 def load_schema(name: str) -> dict[str, Any]:
-    """`schemas/<name>.schema.json` (or `schemas/<name>` when it ends in .json), checked against 2020-12 once."""
+    """`schemas/<name>.schema.json` (or `schemas/<name>` when it ends in .json). Every schema is checked against
+    2020-12 before the first document is validated (_registry holds them all, each through checked_schema)."""
     schema: dict[str, Any] = json.loads((SCHEMA_DIR / _file(name)).read_text(encoding="utf-8"))
-    jsonschema.Draft202012Validator.check_schema(schema)
     if schema.get("$id") != BASE_URI + _file(name):
         raise RuntimeError(f"schemas/{_file(name)}: $id must be {BASE_URI + _file(name)}")
     return schema
 
 
 @functools.cache
+def checked_schema(name: str) -> dict[str, Any]:
+    """load_schema, the schema itself checked against 2020-12 once."""
+    import jsonschema
+
+    schema = load_schema(name)
+    jsonschema.Draft202012Validator.check_schema(schema)
+    return schema
+
+
+@functools.cache
 def _registry() -> Registry:
-    resources = [(BASE_URI + p.name, Resource.from_contents(load_schema(p.name)))
+    from referencing import Registry, Resource
+
+    resources = [(BASE_URI + p.name, Resource.from_contents(checked_schema(p.name)))
                  for p in sorted(SCHEMA_DIR.glob("*.schema.json"))]
     return Registry().with_resources(resources)
 
@@ -52,7 +65,9 @@ def _registry() -> Registry:
 @functools.cache
 def schema_validator(name: str, definition: str | None = None) -> jsonschema.Draft202012Validator:
     """A named schema, or one of its `$defs` on its own."""
-    schema = load_schema(name)
+    import jsonschema
+
+    schema = checked_schema(name)
     if definition is not None:
         if definition not in schema.get("$defs", {}):
             raise KeyError(f"schemas/{_file(name)} has no $defs/{definition}")
